@@ -1,0 +1,3 @@
+module github.com/uroce/uroce
+
+go 1.26
