@@ -1,0 +1,133 @@
+package bth
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// The invariant CRC (IBTA Annex A17.3.3 for RoCEv2, A16 for RoCEv1) is an
+// IEEE CRC-32 over the packet with its variant fields masked to ones:
+//
+//	8 bytes 0xFF (the LRH of native InfiniBand)
+//	IPv4 header: TOS, TTL and checksum set to ones (fixed 20 bytes only)
+//	IPv6 header or GRH: traffic class, flow label and hop limit set to ones
+//	UDP header (RoCEv2): checksum set to ones
+//	BTH with byte 4 (FECN, BECN, Resv6) set to ones
+//	the rest of the transport headers, the payload and the pad
+//
+// The result is stored least-significant byte first after the pad.
+
+// crcFF8 is the CRC state after the eight leading 0xFF bytes.
+var crcFF8 = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+
+// ICRCv4 computes the ICRC of a RoCEv2 packet over IPv4. ip is the 20-byte
+// fixed IPv4 header, udp the 8-byte UDP header, and ib the transport
+// packet from the BTH up to (not including) the ICRC. ib must hold at
+// least a BTH.
+func ICRCv4(ip, udp, ib []byte) uint32 {
+	var h [20 + 8 + BTHLen]byte
+	copy(h[0:20], ip[:20])
+	h[1] = 0xff                 // TOS
+	h[8] = 0xff                 // TTL
+	h[10], h[11] = 0xff, 0xff   // header checksum
+	copy(h[20:28], udp[:8])     //
+	h[26], h[27] = 0xff, 0xff   // UDP checksum
+	copy(h[28:40], ib[:BTHLen]) //
+	h[28+4] = 0xff              // BTH FECN/BECN/Resv6
+	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:])
+	return crc32.Update(crc, crc32.IEEETable, ib[BTHLen:])
+}
+
+// ICRCv6 computes the ICRC of a RoCEv2 packet over IPv6 (udp non-nil) or
+// of a RoCEv1 packet (udp nil, ip is the GRH). ip is the 40-byte IPv6
+// header or GRH and ib the transport packet up to the ICRC.
+func ICRCv6(ip, udp, ib []byte) uint32 {
+	var h [40 + 8 + BTHLen]byte
+	copy(h[0:40], ip[:40])
+	h[0] |= 0x0f                        // traffic class, low nibble of version byte
+	h[1], h[2], h[3] = 0xff, 0xff, 0xff // traffic class and flow label
+	h[7] = 0xff                         // hop limit
+	n := 40
+	if udp != nil {
+		copy(h[40:48], udp[:8])
+		h[46], h[47] = 0xff, 0xff
+		n = 48
+	}
+	copy(h[n:n+BTHLen], ib[:BTHLen])
+	h[n+4] = 0xff
+	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:n+BTHLen])
+	return crc32.Update(crc, crc32.IEEETable, ib[BTHLen:])
+}
+
+// NaiveICRC is a slow, independent reference for the ICRC: it copies the
+// whole pseudo-packet into a new buffer, masks it field by field and runs
+// a bit-at-a-time CRC-32. It exists to check the fast versions in tests.
+// l3 starts at the IP header (or GRH) and ends before the ICRC; v1 selects
+// RoCEv1 (GRH, no UDP). It allocates.
+func NaiveICRC(l3 []byte, v1 bool) uint32 {
+	buf := make([]byte, 0, 8+len(l3))
+	for i := 0; i < 8; i++ {
+		buf = append(buf, 0xff)
+	}
+	var ipLen int
+	switch {
+	case v1:
+		ipLen = 40
+	case l3[0]>>4 == 4:
+		ipLen = 20
+	default:
+		ipLen = 40
+	}
+	ip := append([]byte(nil), l3[:ipLen]...)
+	if ipLen == 20 {
+		ip[1] = 0xff
+		ip[8] = 0xff
+		ip[10] = 0xff
+		ip[11] = 0xff
+	} else {
+		// Version (4 bits) stays; traffic class (8) and flow label (20) become ones.
+		ip[0] |= 0x0f
+		ip[1] = 0xff
+		ip[2] = 0xff
+		ip[3] = 0xff
+		ip[7] = 0xff
+	}
+	buf = append(buf, ip...)
+	rest := l3[ipLen:]
+	if ipLen == 20 && l3[0]&0x0f > 5 {
+		// IPv4 options are not part of the ICRC.
+		rest = l3[int(l3[0]&0x0f)*4:]
+	}
+	if !v1 {
+		udp := append([]byte(nil), rest[:8]...)
+		udp[6] = 0xff
+		udp[7] = 0xff
+		buf = append(buf, udp...)
+		rest = rest[8:]
+	}
+	ib := append([]byte(nil), rest...)
+	ib[4] = 0xff
+	buf = append(buf, ib...)
+	return bitwiseCRC32(buf)
+}
+
+// bitwiseCRC32 is the IEEE CRC-32 (reflected, polynomial 0xEDB88320)
+// computed one bit at a time.
+func bitwiseCRC32(b []byte) uint32 {
+	crc := ^uint32(0)
+	for _, c := range b {
+		crc ^= uint32(c)
+		for k := 0; k < 8; k++ {
+			if crc&1 != 0 {
+				crc = crc>>1 ^ 0xedb88320
+			} else {
+				crc >>= 1
+			}
+		}
+	}
+	return ^crc
+}
+
+func putICRC(b []byte, crc uint32) { binary.LittleEndian.PutUint32(b, crc) }
+
+func getICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
