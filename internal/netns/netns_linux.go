@@ -182,20 +182,12 @@ func Do(name string, fn func() error) error {
 }
 
 // AddVeth creates a veth pair with end aDev in namespace a and end bDev in
-// namespace b. queues sets the number of RX and TX queues of each end (0 or
-// 1 for one queue).
+// namespace b, each with the given number of RX and TX queues (at least 1).
 func AddVeth(a *Namespace, aDev string, b *Namespace, bDev string, queues int) error {
-	args := []string{"link", "add", aDev}
-	if queues > 1 {
-		q := strconv.Itoa(queues)
-		args = append(args, "numtxqueues", q, "numrxqueues", q)
-	}
-	args = append(args, "type", "veth", "peer", "name", bDev, "netns", b.name)
-	if queues > 1 {
-		q := strconv.Itoa(queues)
-		args = append(args, "numtxqueues", q, "numrxqueues", q)
-	}
-	if err := a.IP(args...); err != nil {
+	q := strconv.Itoa(max(queues, 1))
+	err := a.IP("link", "add", aDev, "numtxqueues", q, "numrxqueues", q,
+		"type", "veth", "peer", "name", bDev, "netns", b.name, "numtxqueues", q, "numrxqueues", q)
+	if err != nil {
 		return fmt.Errorf("create veth pair %s/%s: %w", aDev, bDev, err)
 	}
 	return nil

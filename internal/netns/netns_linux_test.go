@@ -173,3 +173,14 @@ func TestMultiQueueVeth(t *testing.T) {
 		}
 	}
 }
+
+func TestSingleQueueByDefault(t *testing.T) {
+	p := netnstest.NewPair(t, netns.PairConfig{Prefix: "uroce-ns1q", NoAddrs: true})
+	n, err := p.A.RxQueues(p.DevA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%s has %d RX queues, want 1", p.DevA, n)
+	}
+}
