@@ -65,8 +65,8 @@ func TestAttach(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Attach(%v): %v", tc.mode, err)
 				}
-				if m, ok := p.AttachedMode(pair.IndexA); !ok || m != tc.wantMode {
-					t.Errorf("AttachedMode after Attach(%v) = %v, %v", tc.mode, m, ok)
+				if ifindex, m, ok := p.Attached(); !ok || m != tc.wantMode || ifindex != pair.IndexA {
+					t.Errorf("Attached after Attach(%v) = %d, %v, %v", tc.mode, ifindex, m, ok)
 				}
 				if mode, got := xdpState(t, pair.A, pair.DevA); mode != tc.kernel || got != id {
 					t.Errorf("Attach(%v): kernel shows mode %d prog %d, want mode %d prog %d", tc.mode, mode, got, tc.kernel, id)
@@ -75,14 +75,14 @@ func TestAttach(t *testing.T) {
 				if !errors.Is(err, ErrAttached) {
 					t.Errorf("second Attach(%v) = %v, want ErrAttached", tc.mode, err)
 				}
-				if err := p.Detach(pair.IndexA); err != nil {
+				if err := p.Detach(); err != nil {
 					t.Fatal(err)
 				}
 				if mode, _ := xdpState(t, pair.A, pair.DevA); mode != 0 {
 					t.Errorf("after Detach the kernel shows XDP mode %d", mode)
 				}
 			}
-			if err := p.Detach(pair.IndexA); err == nil {
+			if err := p.Detach(); err == nil {
 				t.Error("Detach of a detached interface succeeded")
 			}
 		})
@@ -102,12 +102,23 @@ func TestAttachLeavesForeignProgram(t *testing.T) {
 		if err := pair.B.Do(func() error { return second.Attach(pair.IndexB, m) }); err == nil {
 			t.Errorf("Attach(%v) over another program succeeded", m)
 		}
-		if _, ok := second.AttachedMode(pair.IndexB); ok {
+		if _, _, ok := second.Attached(); ok {
 			t.Errorf("failed Attach(%v) recorded an attachment", m)
 		}
 	}
+	// Attached to A's end instead, the second program works.
+	if err := pair.A.Do(func() error { return second.Attach(pair.IndexA, Generic) }); err != nil {
+		t.Fatal(err)
+	}
+	// One program serves one interface.
+	if err := pair.A.Do(func() error { return first.Attach(pair.IndexA, Generic) }); !errors.Is(err, ErrAttached) {
+		t.Errorf("attaching an attached program elsewhere: %v, want ErrAttached", err)
+	}
 	if err := second.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if mode, _ := xdpState(t, pair.A, pair.DevA); mode != 0 {
+		t.Errorf("after Close the kernel shows XDP mode %d on %s", mode, pair.DevA)
 	}
 	if mode, id := xdpState(t, pair.B, pair.DevB); mode != 2 || id != progID(t, first) {
 		t.Errorf("after the other program closed: mode %d prog %d, want 2 %d", mode, id, progID(t, first))

@@ -57,25 +57,25 @@ func ParseMode(s string) (Mode, error) {
 // ErrClosed reports use of a closed Program.
 var ErrClosed = errors.New("XDP program closed")
 
-// ErrAttached reports an interface that already has this program attached.
-var ErrAttached = errors.New("program already attached to the interface")
+// ErrAttached reports an Attach on a Program that is already attached. A
+// Program serves one interface: its socket map is indexed by queue alone, and
+// the kernel refuses to redirect a frame to a socket bound to another
+// interface (it drops it). Load one Program per interface.
+var ErrAttached = errors.New("program already attached to an interface")
 
-// Program is the loaded steering program with its maps. Its methods may be
-// called from several goroutines.
+// Program is the loaded steering program with its maps, for one interface.
+// Its methods may be called from several goroutines.
 type Program struct {
 	prog  *ebpf.Program
 	xsks  *ebpf.Map
 	cfg   *ebpf.Map
 	stats *ebpf.Map
 
-	mu     sync.Mutex
-	links  map[int]attachment
-	closed bool
-}
-
-type attachment struct {
-	link link.Link
-	mode Mode
+	mu      sync.Mutex
+	link    link.Link
+	ifindex int
+	mode    Mode
+	closed  bool
 }
 
 // Load loads the program and creates its maps. It needs root (or
@@ -97,7 +97,6 @@ func Load() (*Program, error) {
 		xsks:  coll.Maps[xsksName],
 		cfg:   coll.Maps[cfgName],
 		stats: coll.Maps[statsName],
-		links: make(map[int]attachment),
 	}, nil
 }
 
@@ -112,8 +111,8 @@ func (p *Program) Attach(ifindex int, mode Mode) error {
 	if p.closed {
 		return fmt.Errorf("attach XDP program to ifindex %d: %w", ifindex, ErrClosed)
 	}
-	if _, ok := p.links[ifindex]; ok {
-		return fmt.Errorf("attach XDP program to ifindex %d: %w", ifindex, ErrAttached)
+	if p.link != nil {
+		return fmt.Errorf("attach XDP program to ifindex %d: %w (ifindex %d)", ifindex, ErrAttached, p.ifindex)
 	}
 	try := func(m Mode) error {
 		flags := link.XDPDriverMode
@@ -124,7 +123,7 @@ func (p *Program) Attach(ifindex int, mode Mode) error {
 		if err != nil {
 			return fmt.Errorf("attach XDP program to ifindex %d in %s mode: %w", ifindex, m, err)
 		}
-		p.links[ifindex] = attachment{l, m}
+		p.link, p.ifindex, p.mode = l, ifindex, m
 		return nil
 	}
 	switch mode {
@@ -149,26 +148,29 @@ func (p *Program) Attach(ifindex int, mode Mode) error {
 	return fmt.Errorf("attach XDP program to ifindex %d: unknown mode %d", ifindex, int(mode))
 }
 
-// AttachedMode returns the mode the program is attached in on ifindex, and
-// whether it is attached there at all.
-func (p *Program) AttachedMode(ifindex int) (Mode, bool) {
+// Attached returns the interface index and mode the program is attached
+// with, and whether it is attached at all.
+func (p *Program) Attached() (ifindex int, mode Mode, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	a, ok := p.links[ifindex]
-	return a.mode, ok
+	return p.ifindex, p.mode, p.link != nil
 }
 
-// Detach detaches the program from ifindex. It never touches another
+// Detach detaches the program from its interface. It never touches another
 // program.
-func (p *Program) Detach(ifindex int) error {
+func (p *Program) Detach() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	a, ok := p.links[ifindex]
-	if !ok {
-		return fmt.Errorf("detach XDP program from ifindex %d: not attached", ifindex)
+	return p.detachLocked()
+}
+
+func (p *Program) detachLocked() error {
+	if p.link == nil {
+		return errors.New("detach XDP program: not attached")
 	}
-	delete(p.links, ifindex)
-	if err := a.link.Close(); err != nil {
+	l, ifindex := p.link, p.ifindex
+	p.link, p.ifindex, p.mode = nil, 0, Auto
+	if err := l.Close(); err != nil {
 		return fmt.Errorf("detach XDP program from ifindex %d: %w", ifindex, err)
 	}
 	return nil
@@ -267,18 +269,14 @@ func (p *Program) isClosed() bool {
 	return p.closed
 }
 
-// Close detaches the program from every interface it was attached to and
-// releases the program and its maps. Sockets registered in the map are not
-// closed.
+// Close detaches the program from its interface and releases the program and
+// its maps. Sockets registered in the map are not closed.
 func (p *Program) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for ifindex, a := range p.links {
-		if err := a.link.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("detach XDP program from ifindex %d: %w", ifindex, err))
-		}
-		delete(p.links, ifindex)
+	if p.link != nil {
+		errs = append(errs, p.detachLocked())
 	}
 	if !p.closed {
 		p.closed = true

@@ -18,6 +18,11 @@
 // Program is closed or the process exits, and attaching fails, rather than
 // replacing anything, when another XDP program is already on the interface.
 //
+// A Program serves one interface: its XSKMAP is indexed by queue number, and
+// the kernel drops (rather than passes) a frame redirected to a socket bound
+// to another interface. Load one Program per interface, register one socket
+// per queue.
+//
 // For fault injection, SetDropEvery makes the program drop one RoCEv2 frame
 // in n before it reaches the socket; Stats counts RoCEv2 frames seen and
 // dropped.
