@@ -21,6 +21,13 @@ type L2L3 struct {
 	SrcPort        uint16 // UDP source port (see SourcePort)
 	DstPort        uint16 // UDP destination port; 0 means 4791
 	UDPChecksum    bool   // compute the UDP checksum (rxe sends 0)
+	// IPv4Options are written after the fixed IPv4 header (a multiple of
+	// 4 bytes, at most 40). They are not covered by the ICRC.
+	IPv4Options []byte
+	// Exact writes HopLimit and IPFlags as given even when they are zero
+	// (instead of the defaults 64 and DF). Packet.Headers sets it so that
+	// a decoded frame re-encodes byte for byte.
+	Exact bool
 }
 
 // Headers is everything of a RoCE packet but its payload. Only the
@@ -51,6 +58,19 @@ type Headers struct {
 	EEContext uint32
 	XRCSRQ    uint32
 	FETH      uint32
+	// DC selects the ConnectX Dynamically Connected layout for an RD-range
+	// opcode (see DCInfo); DCETH holds the bytes of its DCETH.
+	DC    bool
+	DCETH [DCETHLen]byte
+}
+
+// Info returns the table entry that lays out h: DCInfo for a DC packet,
+// the opcode's standard entry otherwise.
+func (h *Headers) Info() *OpInfo {
+	if h.DC {
+		return &dcTable[h.BTH.Opcode]
+	}
+	return &opTable[h.BTH.Opcode]
 }
 
 // L3Len returns the length of the IP header (or GRH) and UDP header.
@@ -59,7 +79,7 @@ func (l *L2L3) l3len() (ip, udp int) {
 		return ipv6Len, 0
 	}
 	if l.SrcIP.Is4() {
-		return ipv4Len, udpLen
+		return ipv4Len + len(l.IPv4Options), udpLen
 	}
 	return ipv6Len, udpLen
 }
@@ -68,8 +88,9 @@ func (l *L2L3) l3len() (ip, udp int) {
 // last extended header.
 func (h *Headers) HeaderLen() int {
 	ip, udp := h.l3len()
-	n := ethLen + ip + udp + int(h.BTH.Opcode.Info().HdrLen)
-	if !h.BTH.Opcode.Valid() {
+	oi := h.Info()
+	n := ethLen + ip + udp + int(oi.HdrLen)
+	if !oi.Valid {
 		n += BTHLen
 	}
 	if h.HasVLAN {
@@ -93,6 +114,9 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	if h.Version != 1 && h.SrcIP.Is4() != h.DstIP.Is4() {
 		return 0, ErrBadAddress
 	}
+	if h.Version != 1 && h.SrcIP.Is4() && (len(h.IPv4Options)&3 != 0 || len(h.IPv4Options) > 40) {
+		return 0, ErrBadOptions
+	}
 	pad := -len(payload) & 3
 	copy(buf[0:6], h.DstMAC[:])
 	copy(buf[6:12], h.SrcMAC[:])
@@ -107,7 +131,7 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	l4 := l3 + ipLen
 	bthOff := l4 + udpL
 	hop := h.HopLimit
-	if hop == 0 {
+	if hop == 0 && !h.Exact {
 		hop = 64
 	}
 	ipPayload := n - l3 - ipLen // UDP header onwards (or BTH onwards for v1)
@@ -115,15 +139,15 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	case h.Version == 1:
 		binary.BigEndian.PutUint16(buf[off:], EtherTypeRoCEv1)
 		putIPv6(buf[l3:], h, uint16(ipPayload), grhNextHeaderIB, hop)
-	case ipLen == ipv4Len:
+	case h.SrcIP.Is4():
 		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv4)
-		ip := buf[l3 : l3+ipv4Len]
-		ip[0] = 0x45
+		ip := buf[l3 : l3+ipLen]
+		ip[0] = 0x40 | uint8(ipLen/4)
 		ip[1] = h.TrafficClass
 		binary.BigEndian.PutUint16(ip[2:], uint16(n-l3))
 		binary.BigEndian.PutUint16(ip[4:], h.IPID)
 		flags := h.IPFlags
-		if flags == 0 {
+		if flags == 0 && !h.Exact {
 			flags = 0x4000
 		}
 		binary.BigEndian.PutUint16(ip[6:], flags)
@@ -133,6 +157,7 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 		s, d := h.SrcIP.As4(), h.DstIP.As4()
 		copy(ip[12:16], s[:])
 		copy(ip[16:20], d[:])
+		copy(ip[ipv4Len:], h.IPv4Options)
 		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
 	default:
 		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv6)
@@ -152,7 +177,7 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	f := h.BTH
 	f.PadCount = uint8(pad)
 	f.Encode(buf[bthOff:])
-	oi := f.Opcode.Info()
+	oi := h.Info()
 	ib := buf[bthOff:]
 	for i := 0; i < numHdr; i++ {
 		if oi.Hdrs&(1<<i) == 0 {
@@ -184,6 +209,8 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 			binary.BigEndian.PutUint32(e, h.InvKey)
 		case HdrCNPPad:
 			clear(e[:CNPPadLen])
+		case HdrDCETH:
+			copy(e, h.DCETH[:])
 		}
 	}
 	hl := int(oi.HdrLen)
@@ -198,14 +225,14 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	switch {
 	case h.Version == 1:
 		crc = ICRCv6(buf[l3:], nil, buf[bthOff:ibEnd])
-	case ipLen == ipv4Len:
+	case h.SrcIP.Is4():
 		crc = ICRCv4(buf[l3:], buf[l4:], buf[bthOff:ibEnd])
 	default:
 		crc = ICRCv6(buf[l3:], buf[l4:], buf[bthOff:ibEnd])
 	}
 	putICRC(buf[ibEnd:], crc)
 	if udpL != 0 && h.UDPChecksum {
-		binary.BigEndian.PutUint16(buf[l4+6:], udpChecksum(buf[l3:], ipLen == ipv6Len, buf[l4:n]))
+		binary.BigEndian.PutUint16(buf[l4+6:], udpChecksum(buf[l3:], !h.SrcIP.Is4(), buf[l4:n]))
 	}
 	return n, nil
 }
@@ -295,6 +322,8 @@ func (p *Packet) Headers(h *Headers) {
 	h.DstMAC = [6]byte(f[0:6])
 	h.SrcMAC = [6]byte(f[6:12])
 	h.HasVLAN, h.VLANTCI = p.HasVLAN, p.VLANTCI
+	h.Exact = true
+	h.IPv4Options = p.IPv4Options()
 	h.Version = p.Version
 	h.SrcIP, h.DstIP = p.SrcIP(), p.DstIP()
 	h.TrafficClass = p.TrafficClass()
@@ -338,6 +367,10 @@ func (p *Packet) Headers(h *Headers) {
 	}
 	if e := p.XRCETH(); e != nil {
 		h.XRCSRQ = e.XRCSRQ()
+	}
+	if e := p.DCETH(); e != nil {
+		h.DC = true
+		copy(h.DCETH[:], e)
 	}
 	if o := p.Info.Offset(HdrFETH); o >= 0 {
 		h.FETH = binary.BigEndian.Uint32(f[p.BTHOff+o:])

@@ -40,6 +40,9 @@ var (
 	ErrBufferTooSmall = errors.New("buffer too small for frame")
 	// ErrBadAddress is returned by the builder for mismatched IP families.
 	ErrBadAddress = errors.New("source and destination ip families differ")
+	// ErrBadOptions is returned by the builder for IPv4 options that are
+	// not a multiple of 4 bytes or longer than 40.
+	ErrBadOptions = errors.New("bad ipv4 options length")
 )
 
 // Packet is a parsed RoCE frame: offsets into Frame, which it does not own.
@@ -64,7 +67,10 @@ type Packet struct {
 // lengths once; afterwards the header accessors do not fail. A reserved
 // opcode gives ErrBadOpcode with p filled as far as the BTH (the ICRC can
 // still be checked). ErrTruncated means frame is shorter than the IP
-// length (p holds the headers that were present).
+// length (p holds the headers that were present, Info is set when the
+// BTH is). ErrMalformed with Info set and End > BTHOff+BTHLen means the
+// opcode's extended headers do not fit: ComputeICRC still works, the
+// extended header accessors must not be used.
 func Parse(frame []byte, p *Packet) error {
 	*p = Packet{Frame: frame}
 	if len(frame) < ethLen {
@@ -115,6 +121,9 @@ func Parse(frame []byte, p *Packet) error {
 		p.IPv6 = true
 		p.L4 = off + ipv6Len
 		end = p.L4 + int(binary.BigEndian.Uint16(ip[4:]))
+		if end < p.L4+udpLen {
+			return ErrMalformed
+		}
 	case EtherTypeRoCEv1:
 		if len(frame) < off+ipv6Len {
 			return ErrTruncated
@@ -142,24 +151,35 @@ func Parse(frame []byte, p *Packet) error {
 		}
 	}
 	p.End = end
-	if end < p.BTHOff+BTHLen+ICRCLen {
-		if len(frame) < p.BTHOff+BTHLen {
-			if end > len(frame) {
-				return ErrTruncated
-			}
-			return ErrMalformed
+	return p.parseIB()
+}
+
+// ParseTransport decodes a transport packet on its own, from the BTH to
+// the ICRC inclusive, as a UDP payload carries it. p.Frame is ib, BTHOff
+// 0 and End len(ib); the network fields of p stay zero, so ComputeICRC
+// and the address accessors must not be used. Errors are those of Parse.
+func ParseTransport(ib []byte, p *Packet) error {
+	*p = Packet{Frame: ib, End: len(ib)}
+	return p.parseIB()
+}
+
+// parseIB decodes the transport headers of p.Frame from p.BTHOff to p.End.
+func (p *Packet) parseIB() error {
+	frame, end := p.Frame, p.End
+	if len(frame) < p.BTHOff+BTHLen {
+		if end > len(frame) {
+			return ErrTruncated
 		}
-		p.Info = Opcode(frame[p.BTHOff]).Info()
+		return ErrMalformed
+	}
+	p.Info = opInfoAt(frame, p.BTHOff)
+	if end < p.BTHOff+BTHLen+ICRCLen {
 		return ErrMalformed
 	}
 	if end > len(frame) {
-		if len(frame) >= p.BTHOff+BTHLen {
-			p.Info = Opcode(frame[p.BTHOff]).Info()
-		}
 		return ErrTruncated
 	}
 	b := BTH(frame[p.BTHOff:])
-	p.Info = b.Opcode().Info()
 	ibEnd := end - ICRCLen
 	if !p.Info.Valid {
 		p.PayloadAt = p.BTHOff + BTHLen
@@ -170,10 +190,22 @@ func Parse(frame []byte, p *Packet) error {
 	p.Pad = b.PadCount()
 	p.PayloadN = ibEnd - p.PayloadAt - p.Pad
 	if p.PayloadN < 0 {
-		p.PayloadN = 0
+		// The headers the opcode needs (or the pad) do not fit.
+		p.PayloadAt, p.PayloadN = ibEnd, 0
 		return ErrMalformed
 	}
 	return nil
+}
+
+// opInfoAt returns the table entry for the BTH at off: the ConnectX DC
+// layout (DCInfo) for an RD opcode whose RDETH reserved byte is set,
+// the standard one otherwise.
+func opInfoAt(frame []byte, off int) *OpInfo {
+	op := Opcode(frame[off])
+	if op.Transport() == TransportRD && len(frame) > off+BTHLen && frame[off+BTHLen] != 0 && dcTable[op].Valid {
+		return &dcTable[op]
+	}
+	return &opTable[op]
 }
 
 // BTH returns the base transport header.
@@ -215,6 +247,18 @@ func (p *Packet) DETH() DETH { return DETH(p.ext(HdrDETH, DETHLen)) }
 
 // RDETH returns the reliable datagram header, or nil.
 func (p *Packet) RDETH() RDETH { return RDETH(p.ext(HdrRDETH, RDETHLen)) }
+
+// DCETH returns the ConnectX DC header, or nil.
+func (p *Packet) DCETH() DCETH { return DCETH(p.ext(HdrDCETH, DCETHLen)) }
+
+// IPv4Options returns the options of the IPv4 header (nil when there are
+// none, and for IPv6 and RoCEv1).
+func (p *Packet) IPv4Options() []byte {
+	if p.IPv6 || p.L4-p.L3 <= ipv4Len {
+		return nil
+	}
+	return p.Frame[p.L3+ipv4Len : p.L4 : p.L4]
+}
 
 // XRCETH returns the XRC header, or nil.
 func (p *Packet) XRCETH() XRCETH { return XRCETH(p.ext(HdrXRCETH, XRCETHLen)) }

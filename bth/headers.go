@@ -316,3 +316,35 @@ type XRCETH []byte
 
 // XRCSRQ returns the XRC shared receive queue number.
 func (x XRCETH) XRCSRQ() uint32 { return get24(x[1:]) }
+
+// DCETH is a view of the 20-byte header that ConnectX NICs put after the
+// BTH of their Dynamically Connected (DC) transport packets. NVIDIA does
+// not publish its layout; what is known comes from DC captures (seen):
+//
+//	byte  0      0x11 on requests, 0x10 on responses
+//	bytes 1-3    the sender's QPN: the DC initiator on requests, the DC
+//	             target on responses
+//	bytes 4-7    a 32-bit value constant for a connection
+//	byte  8      zero
+//	bytes 9-11   a 24-bit connection number the target hands out in its
+//	             answer to DC_CONNECT (0xffffff in the DC_CONNECT itself)
+//	bytes 12-19  a 64-bit value constant for a connection
+//
+// The accessors name those positions; the bytes are kept as they are so
+// that a decoded DC packet re-encodes unchanged.
+type DCETH []byte
+
+// Flags returns byte 0 (0x11 on requests, 0x10 on responses).
+func (d DCETH) Flags() uint8 { return d[0] }
+
+// SenderQP returns bytes 1-3, the sending QP's number.
+func (d DCETH) SenderQP() uint32 { return get24(d[1:]) }
+
+// Word returns bytes 4-7.
+func (d DCETH) Word() uint32 { return be.Uint32(d[4:]) }
+
+// Conn returns bytes 9-11, the connection number.
+func (d DCETH) Conn() uint32 { return get24(d[9:]) }
+
+// Tail returns bytes 12-19.
+func (d DCETH) Tail() uint64 { return be.Uint64(d[12:]) }

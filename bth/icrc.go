@@ -23,26 +23,30 @@ var crcFF8 = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xf
 // ICRCv4 computes the ICRC of a RoCEv2 packet over IPv4. ip is the 20-byte
 // fixed IPv4 header, udp the 8-byte UDP header, and ib the transport
 // packet from the BTH up to (not including) the ICRC. ib must hold at
-// least a BTH.
+// least a BTH. It does not allocate or copy the payload.
 func ICRCv4(ip, udp, ib []byte) uint32 {
-	var h [20 + 8 + BTHLen]byte
+	var h icrcBuf
+	_ = ip[ipv4Len-1]
+	_ = udp[udpLen-1]
+	_ = ib[BTHLen-1]
 	copy(h[0:20], ip[:20])
-	h[1] = 0xff                 // TOS
-	h[8] = 0xff                 // TTL
-	h[10], h[11] = 0xff, 0xff   // header checksum
-	copy(h[20:28], udp[:8])     //
-	h[26], h[27] = 0xff, 0xff   // UDP checksum
-	copy(h[28:40], ib[:BTHLen]) //
-	h[28+4] = 0xff              // BTH FECN/BECN/Resv6
-	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:])
-	return crc32.Update(crc, crc32.IEEETable, ib[BTHLen:])
+	h[1] = 0xff               // TOS
+	h[8] = 0xff               // TTL
+	h[10], h[11] = 0xff, 0xff // header checksum
+	copy(h[20:28], udp[:8])
+	h[26], h[27] = 0xff, 0xff // UDP checksum
+	copy(h[28:40], ib[:BTHLen])
+	h[28+4] = 0xff // BTH FECN/BECN/Resv6
+	return h.finish(40, ib[BTHLen:])
 }
 
 // ICRCv6 computes the ICRC of a RoCEv2 packet over IPv6 (udp non-nil) or
 // of a RoCEv1 packet (udp nil, ip is the GRH). ip is the 40-byte IPv6
 // header or GRH and ib the transport packet up to the ICRC.
 func ICRCv6(ip, udp, ib []byte) uint32 {
-	var h [40 + 8 + BTHLen]byte
+	var h icrcBuf
+	_ = ip[ipv6Len-1]
+	_ = ib[BTHLen-1]
 	copy(h[0:40], ip[:40])
 	h[0] |= 0x0f                        // traffic class, low nibble of version byte
 	h[1], h[2], h[3] = 0xff, 0xff, 0xff // traffic class and flow label
@@ -55,8 +59,33 @@ func ICRCv6(ip, udp, ib []byte) uint32 {
 	}
 	copy(h[n:n+BTHLen], ib[:BTHLen])
 	h[n+4] = 0xff
-	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:n+BTHLen])
-	return crc32.Update(crc, crc32.IEEETable, ib[BTHLen:])
+	return h.finish(n+BTHLen, ib[BTHLen:])
+}
+
+// icrcBuf holds the masked headers, and the start of the rest of the
+// packet, on the stack.
+type icrcBuf [128]byte
+
+// finish returns the ICRC of the first n bytes of h followed by rest.
+//
+// crc32.Update uses carry-less multiplication on 16-byte blocks of inputs
+// of 64 bytes or more and a slower table walk otherwise. So the first
+// few bytes of rest join the masked headers in h to make the first call
+// at least 64 bytes long, chosen so that the second call, over the bulk
+// of the payload, is a whole number of 16-byte blocks. A small packet
+// is copied entirely and takes one call.
+func (h *icrcBuf) finish(n int, rest []byte) uint32 {
+	if n+len(rest) <= len(h) {
+		copy(h[n:], rest)
+		return crc32.Update(crcFF8, crc32.IEEETable, h[:n+len(rest)])
+	}
+	k := len(rest) & 15
+	for n+k < 64 {
+		k += 16
+	}
+	copy(h[n:], rest[:k])
+	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:n+k])
+	return crc32.Update(crc, crc32.IEEETable, rest[k:])
 }
 
 // NaiveICRC is a slow, independent reference for the ICRC: it copies the

@@ -52,10 +52,13 @@ const (
 	KindAtomicWrite
 	KindResync
 	KindCNP
+	// KindDCConnect is the packet a ConnectX DC initiator sends to open a
+	// connection to a DC target (opcode 0x55 with a DCETH, see DCInfo).
+	KindDCConnect
 )
 
 var kindNames = [...]string{"invalid", "send", "write", "read_request", "read_response", "ack",
-	"atomic_ack", "compare_swap", "fetch_add", "flush", "atomic_write", "resync", "cnp"}
+	"atomic_ack", "compare_swap", "fetch_add", "flush", "atomic_write", "resync", "cnp", "dc_connect"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -95,8 +98,15 @@ const (
 	HdrImmDt                     // immediate data, 4 bytes
 	HdrIETH                      // invalidate ETH, 4 bytes
 	HdrCNPPad                    // the 16 reserved bytes of a CNP
-	numHdr       = iota
+	// HdrDCETH is the 20-byte header ConnectX puts right after the BTH of
+	// its Dynamically Connected transport packets (see DCETH). On the
+	// wire it comes first, before every other extended header.
+	HdrDCETH
+	numHdr = iota
 )
+
+// hdrOrder lists the extended headers in the order they follow the BTH.
+var hdrOrder = [numHdr]uint8{11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 // Header sizes in bytes.
 const (
@@ -112,14 +122,15 @@ const (
 	ImmDtLen     = 4
 	IETHLen      = 4
 	CNPPadLen    = 16
+	DCETHLen     = 20
 	ICRCLen      = 4
 )
 
 var hdrLens = [numHdr]uint8{RDETHLen, DETHLen, XRCETHLen, FETHLen, RETHLen, AtomicETHLen,
-	AETHLen, AtomicAckLen, ImmDtLen, IETHLen, CNPPadLen}
+	AETHLen, AtomicAckLen, ImmDtLen, IETHLen, CNPPadLen, DCETHLen}
 
 var hdrNames = [numHdr]string{"RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH",
-	"AtomicAckETH", "ImmDt", "IETH", "CNPPad"}
+	"AtomicAckETH", "ImmDt", "IETH", "CNPPad", "DCETH"}
 
 // HdrLen returns the wire size of a single extended header h.
 func HdrLen(h Hdr) int {
@@ -134,7 +145,7 @@ func HdrLen(h Hdr) int {
 // String lists the headers in wire order, joined by "+".
 func (h Hdr) String() string {
 	s := ""
-	for i := 0; i < numHdr; i++ {
+	for _, i := range hdrOrder {
 		if h&(1<<i) != 0 {
 			if s != "" {
 				s += "+"
@@ -284,21 +295,23 @@ var rcOps = []opDef{
 
 var opTable [256]OpInfo
 
-func setOp(code Opcode, prefix string, d opDef, extra Hdr) {
+func setOp(code Opcode, prefix string, d opDef, extra Hdr) { opTable[code] = makeOp(code, prefix, d, extra) }
+
+func makeOp(code Opcode, prefix string, d opDef, extra Hdr) OpInfo {
 	hdrs := d.hdrs | extra
 	oi := OpInfo{
 		Name: prefix + d.name, Valid: true, Transport: code.Transport(), Kind: d.kind, Pos: d.pos,
 		Imm: d.imm, Inv: d.inv, Hdrs: hdrs, Payload: d.data, Request: d.req,
 	}
 	off := BTHLen
-	for i := 0; i < numHdr; i++ {
+	for _, i := range hdrOrder {
 		if hdrs&(1<<i) != 0 {
 			oi.Off[i] = uint8(off)
 			off += int(hdrLens[i])
 		}
 	}
 	oi.HdrLen = uint8(off)
-	opTable[code] = oi
+	return oi
 }
 
 func init() {
@@ -333,7 +346,33 @@ func init() {
 	setOp(OpUDSendOnlyImm, "UD_", rcOps[5], HdrDETH)
 	// RoCEv2 congestion notification packet (Annex A17.9.3).
 	setOp(OpCNP, "", opDef{name: "CNP", kind: KindCNP, pos: PosOnly, hdrs: HdrCNPPad}, 0)
+
+	// ConnectX Dynamically Connected transport: the RD opcode numbers, a
+	// DCETH after the BTH, then the RC operation's own headers (seen in
+	// DC captures: WRITE_FIRST/MIDDLE/ONLY, ACK and the connect packet).
+	for _, d := range rcOps {
+		if d.low > 0x14 {
+			continue
+		}
+		if d.low == 0x11 {
+			d.data = true // the ACK answering a DC_CONNECT carries 8 bytes (seen)
+		}
+		dcTable[OpRDBase|Opcode(d.low)] = makeOp(OpRDBase|Opcode(d.low), "DC_", d, HdrDCETH)
+	}
+	dcTable[OpRDBase|0x15] = makeOp(OpRDBase|0x15, "DC_",
+		opDef{low: 0x15, name: "CONNECT", kind: KindDCConnect, pos: PosOnly, data: true, req: true}, HdrDCETH)
 }
+
+var dcTable [256]OpInfo
+
+// DCInfo returns the table entry of an opcode as ConnectX uses it for its
+// Dynamically Connected (DC) transport, or an entry with Valid false when
+// the opcode is outside the RD range (0x40-0x55). DC packets reuse the
+// RD opcode numbers with their own layout: a DCETH right after the BTH,
+// then the headers of the matching RC operation. Parse picks this layout
+// for an RD opcode whose RDETH reserved byte is non-zero (standard RD
+// requires zero; ConnectX puts 0x10 or 0x11 there).
+func DCInfo(o Opcode) *OpInfo { return &dcTable[o] }
 
 // OpRCBase is the RC transport's opcode base (zero).
 const OpRCBase Opcode = 0x00

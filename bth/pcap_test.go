@@ -93,8 +93,8 @@ func TestSharedPcapsICRC(t *testing.T) {
 					t.Errorf("%s frame %d (%v): icrc %08x, computed %08x", filepath.Base(path), i+1, p.Opcode(), p.ICRC(), fast)
 				}
 			}
-			// ConnectX DC packets use RD opcodes with a vendor header layout.
-			if err == nil && fast == p.ICRC() && p.Info.Transport != TransportRD {
+			// ConnectX DC packets (RD opcodes with a DCETH) round-trip too.
+			if err == nil && fast == p.ICRC() {
 				var h Headers
 				p.Headers(&h)
 				buf := make([]byte, len(fr)+64)
