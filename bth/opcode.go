@@ -295,7 +295,9 @@ var rcOps = []opDef{
 
 var opTable [256]OpInfo
 
-func setOp(code Opcode, prefix string, d opDef, extra Hdr) { opTable[code] = makeOp(code, prefix, d, extra) }
+func setOp(code Opcode, prefix string, d opDef, extra Hdr) {
+	opTable[code] = makeOp(code, prefix, d, extra)
+}
 
 func makeOp(code Opcode, prefix string, d opDef, extra Hdr) OpInfo {
 	hdrs := d.hdrs | extra
