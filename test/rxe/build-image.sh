@@ -407,7 +407,7 @@ read -r up _ </proc/uptime
 echo "$tag READY rxe0 kernel=$kver ip=$ip mtu=$(cat /sys/class/net/eth0/mtu) uptime=$up"
 
 if [ "$shell" = 1 ]; then
-	setsid cttyhack sh -i || sh -i
+	setsid cttyhack /usr/bin/dash -i || /usr/bin/dash -i
 	off
 fi
 

@@ -239,6 +239,7 @@ func (n *Net) Capture(t testing.TB, file string) (stop func()) {
 		t.Skip("skipping: capturing needs tcpdump")
 	}
 	cmd := exec.Command("ip", "netns", "exec", n.NS, "tcpdump", "-i", n.Bridge, "-n", "-s", "0", "-U", "--immediate-mode", "-w", file)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatalf("capture on %s: %v", n.Bridge, err)

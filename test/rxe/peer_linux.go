@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -212,6 +213,8 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 	}
 	// `ip netns exec` execs QEMU, so the PID started is QEMU's.
 	cmd := exec.Command("ip", args...)
+	// Should the test binary die without its cleanup, QEMU dies with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		logFile.Close()

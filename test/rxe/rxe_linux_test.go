@@ -218,3 +218,35 @@ func countRoCE(t *testing.T, file string, fn func(*bth.Packet)) int {
 	}
 	return n
 }
+
+// TestPeerTimeout checks that a guest outliving its timeout is killed and
+// that Ready and Wait report it.
+func TestPeerTimeout(t *testing.T) {
+	n := NewNet(t, NetOptions{})
+	ctx := testContext(t)
+	p, err := n.StartPeer(ctx, PeerOptions{Timeout: 300 * time.Millisecond, Script: "sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Addr.String() != "192.0.2.1/24" || p.MAC.String() != "52:54:00:00:02:01" || p.Name != "rxe1" {
+		t.Errorf("peer %s at %s with MAC %s, want rxe1 at 192.0.2.1/24 with 52:54:00:00:02:01", p.Name, p.Addr, p.MAC)
+	}
+	err = p.Ready(ctx)
+	if !errors.Is(err, ErrPeerFailed) || !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("Ready: %v, want a timeout failure", err)
+	}
+	res, err := p.Wait(ctx)
+	if !errors.Is(err, ErrPeerFailed) {
+		t.Errorf("Wait: %+v, %v; want a failure", res, err)
+	}
+	if !p.finished() {
+		t.Errorf("QEMU still runs")
+	}
+	// Its address is free again for the next guest.
+	n.mu.Lock()
+	next, err := n.pickAddrLocked("")
+	n.mu.Unlock()
+	if err != nil || next.String() != "192.0.2.1/24" {
+		t.Errorf("next address %v, %v; want 192.0.2.1/24", next, err)
+	}
+}
