@@ -25,10 +25,7 @@ var crcFF8 = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xf
 // packet from the BTH up to (not including) the ICRC. ib must hold at
 // least a BTH. It does not allocate or copy the payload.
 func ICRCv4(ip, udp, ib []byte) uint32 {
-	var h icrcBuf
-	_ = ip[ipv4Len-1]
-	_ = udp[udpLen-1]
-	_ = ib[BTHLen-1]
+	var h [ipv4Len + udpLen + BTHLen]byte
 	copy(h[0:20], ip[:20])
 	h[1] = 0xff               // TOS
 	h[8] = 0xff               // TTL
@@ -37,16 +34,14 @@ func ICRCv4(ip, udp, ib []byte) uint32 {
 	h[26], h[27] = 0xff, 0xff // UDP checksum
 	copy(h[28:40], ib[:BTHLen])
 	h[28+4] = 0xff // BTH FECN/BECN/Resv6
-	return h.finish(40, ib[BTHLen:])
+	return crc32.Update(crcSlicing8(crcFF8, h[:]), crc32.IEEETable, ib[BTHLen:])
 }
 
 // ICRCv6 computes the ICRC of a RoCEv2 packet over IPv6 (udp non-nil) or
 // of a RoCEv1 packet (udp nil, ip is the GRH). ip is the 40-byte IPv6
 // header or GRH and ib the transport packet up to the ICRC.
 func ICRCv6(ip, udp, ib []byte) uint32 {
-	var h icrcBuf
-	_ = ip[ipv6Len-1]
-	_ = ib[BTHLen-1]
+	var h [ipv6Len + udpLen + BTHLen]byte
 	copy(h[0:40], ip[:40])
 	h[0] |= 0x0f                        // traffic class, low nibble of version byte
 	h[1], h[2], h[3] = 0xff, 0xff, 0xff // traffic class and flow label
@@ -59,33 +54,47 @@ func ICRCv6(ip, udp, ib []byte) uint32 {
 	}
 	copy(h[n:n+BTHLen], ib[:BTHLen])
 	h[n+4] = 0xff
-	return h.finish(n+BTHLen, ib[BTHLen:])
+	return crc32.Update(crcSlicing8(crcFF8, h[:n+BTHLen]), crc32.IEEETable, ib[BTHLen:])
 }
 
-// icrcBuf holds the masked headers, and the start of the rest of the
-// packet, on the stack.
-type icrcBuf [128]byte
+// The masked headers live in a stack array. Handing that array to
+// crc32.Update would move it to the heap (the package dispatches through
+// a function variable, so the slice escapes): one allocation per packet.
+// So the 40 to 60 header bytes go through the table-driven CRC below,
+// which keeps them on the stack, and only the caller's transport bytes,
+// the bulk of the packet, go to crc32.Update and its carry-less
+// multiplication code.
 
-// finish returns the ICRC of the first n bytes of h followed by rest.
-//
-// crc32.Update uses carry-less multiplication on 16-byte blocks of inputs
-// of 64 bytes or more and a slower table walk otherwise. So the first
-// few bytes of rest join the masked headers in h to make the first call
-// at least 64 bytes long, chosen so that the second call, over the bulk
-// of the payload, is a whole number of 16-byte blocks. A small packet
-// is copied entirely and takes one call.
-func (h *icrcBuf) finish(n int, rest []byte) uint32 {
-	if n+len(rest) <= len(h) {
-		copy(h[n:], rest)
-		return crc32.Update(crcFF8, crc32.IEEETable, h[:n+len(rest)])
+// slicing8 holds the tables of the IEEE CRC-32 processed eight bytes at
+// a time: slicing8[0] is the usual byte table, slicing8[k][b] the CRC of
+// byte b followed by k zero bytes.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := 0; i < 256; i++ {
+		c := t[0][i]
+		for k := 1; k < 8; k++ {
+			c = t[0][c&0xff] ^ c>>8
+			t[k][i] = c
+		}
 	}
-	k := len(rest) & 15
-	for n+k < 64 {
-		k += 16
+	return t
+}()
+
+// crcSlicing8 is crc32.Update(crc, crc32.IEEETable, p) for short inputs
+// that must not escape.
+func crcSlicing8(crc uint32, p []byte) uint32 {
+	t := &slicing8
+	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[7][crc&0xff] ^ t[6][crc>>8&0xff] ^ t[5][crc>>16&0xff] ^ t[4][crc>>24] ^
+			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
+		p = p[8:]
 	}
-	copy(h[n:], rest[:k])
-	crc := crc32.Update(crcFF8, crc32.IEEETable, h[:n+k])
-	return crc32.Update(crc, crc32.IEEETable, rest[k:])
+	for _, b := range p {
+		crc = t[0][byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
 }
 
 // NaiveICRC is a slow, independent reference for the ICRC: it copies the
