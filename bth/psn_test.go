@@ -14,9 +14,9 @@ func TestPSNArithmetic(t *testing.T) {
 		{0xffffff, 0, -1},
 		{5, 0xfffffb, 10},
 		{0xfffffb, 5, -10},
-		{0x7fffff, 0, 0x7fffff},    // the farthest "after"
-		{0x800000, 0, -0x800000},   // half the space away counts as before
-		{0, 0x800000, -0x800000},   // and so does the opposite
+		{0x7fffff, 0, 0x7fffff},  // the farthest "after"
+		{0x800000, 0, -0x800000}, // half the space away counts as before
+		{0, 0x800000, -0x800000}, // and so does the opposite
 		{0x800001, 0x000001, -1 << 23},
 		{0x123456, 0x123455, 1},
 	}
