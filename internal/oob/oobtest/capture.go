@@ -44,6 +44,15 @@ type Stream struct {
 	// Chunks holds every payload-carrying segment, deduplicated by sequence
 	// number (retransmissions dropped) and ordered as captured.
 	Chunks []Chunk
+	// RoCE holds, for every RoCEv2 packet (UDP port 4791) captured while the
+	// connection was open, how many bytes each side had sent on it by then:
+	// where the RDMA traffic sits in the exchange.
+	RoCE []Position
+}
+
+// Position is a point in a TCP exchange: the bytes each side had sent.
+type Position struct {
+	Client, Server int
 }
 
 // Bytes returns everything one side wrote, concatenated.
@@ -91,6 +100,9 @@ type conn struct {
 	client, server netip.AddrPort
 	half           [2]halfFlow
 	segs           []segment
+	// roce records, per RoCE packet, how many segments had been captured.
+	roce   []int
+	closed bool
 }
 
 // ReadTCPStreams reads a classic pcap file (Ethernet link type) and returns
@@ -111,9 +123,10 @@ func ReadTCPStreams(path string, port uint16) ([]*Stream, error) {
 		ip4     layers.IPv4
 		ip6     layers.IPv6
 		tcp     layers.TCP
+		udp     layers.UDP
 		payload gopacket.Payload
 	)
-	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, &eth, &ip4, &ip6, &tcp, &payload)
+	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, &eth, &ip4, &ip6, &tcp, &udp, &payload)
 	parser.IgnoreUnsupported = true
 	var conns []*conn
 	byKey := map[flowKey]*conn{}
@@ -130,7 +143,7 @@ func ReadTCPStreams(path string, port uint16) ([]*Stream, error) {
 			continue
 		}
 		var src, dst netip.Addr
-		isTCP := false
+		isTCP, isRoCE := false, false
 		for _, lt := range decoded {
 			switch lt {
 			case layers.LayerTypeIPv4:
@@ -141,7 +154,17 @@ func ReadTCPStreams(path string, port uint16) ([]*Stream, error) {
 				dst, _ = netip.AddrFromSlice(ip6.DstIP)
 			case layers.LayerTypeTCP:
 				isTCP = true
+			case layers.LayerTypeUDP:
+				isRoCE = udp.DstPort == 4791
 			}
+		}
+		if isRoCE {
+			for _, c := range conns {
+				if !c.closed {
+					c.roce = append(c.roce, len(c.segs))
+				}
+			}
+			continue
 		}
 		if !isTCP || (uint16(tcp.SrcPort) != port && uint16(tcp.DstPort) != port) {
 			continue
@@ -163,6 +186,9 @@ func ReadTCPStreams(path string, port uint16) ([]*Stream, error) {
 			dir = FromServer
 		} else {
 			continue
+		}
+		if tcp.FIN || tcp.RST {
+			c.closed = true
 		}
 		h := &c.half[dir]
 		if tcp.SYN {
@@ -195,7 +221,12 @@ func (c *conn) assemble() (*Stream, error) {
 	// Capture order is kept; a segment that starts beyond the next expected
 	// byte means a hole, which the captures are not expected to have.
 	pending := [2][]segment{}
-	for _, sg := range c.segs {
+	roce := c.roce
+	for i, sg := range c.segs {
+		for len(roce) > 0 && roce[0] <= i {
+			st.RoCE = append(st.RoCE, Position{Client: int(next[FromClient]), Server: int(next[FromServer])})
+			roce = roce[1:]
+		}
 		pending[sg.dir] = append(pending[sg.dir], sg)
 		sort.SliceStable(pending[sg.dir], func(i, j int) bool { return pending[sg.dir][i].seq < pending[sg.dir][j].seq })
 		for len(pending[sg.dir]) > 0 {
@@ -213,6 +244,9 @@ func (c *conn) assemble() (*Stream, error) {
 			next[sg.dir] = end
 			pending[sg.dir] = pending[sg.dir][1:]
 		}
+	}
+	for range roce {
+		st.RoCE = append(st.RoCE, Position{Client: int(next[FromClient]), Server: int(next[FromServer])})
 	}
 	for d, p := range pending {
 		if len(p) > 0 {

@@ -206,7 +206,7 @@ func replayOne(t *testing.T, st *oobtest.Stream, tool Tool, qps int, role oobtes
 	if role == oobtest.FromServer && len(hooked) != count {
 		t.Errorf("connect hook saw %d addresses, want %d", len(hooked), count)
 	}
-	if err := oobtest.CheckCausality(script, role, rec.Writes()); err != nil {
+	if err := oobtest.CheckCausality(script, role, rec.Writes(), nil); err != nil {
 		t.Error(err)
 	}
 	// One write per message for the single-QP tools, whose peers read the

@@ -1,0 +1,318 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// Tool names one of perftest's RDMA tools.
+type Tool int
+
+// The tools whose out-of-band protocol is implemented.
+const (
+	WriteBW Tool = iota
+	ReadBW
+	SendBW
+	AtomicBW
+	WriteLat
+	ReadLat
+	SendLat
+)
+
+var toolNames = [...]string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"}
+
+// String returns the tool's command name.
+func (t Tool) String() string {
+	if t >= 0 && int(t) < len(toolNames) {
+		return toolNames[t]
+	}
+	return fmt.Sprintf("Tool(%d)", int(t))
+}
+
+// Valid reports whether t is one of the tools.
+func (t Tool) Valid() bool { return t >= 0 && int(t) < len(toolNames) }
+
+// Verb returns the operation the tool measures.
+func (t Tool) Verb() Verb {
+	switch t {
+	case WriteBW, WriteLat:
+		return Write
+	case ReadBW, ReadLat:
+		return Read
+	case AtomicBW:
+		return Atomic
+	}
+	return Send
+}
+
+// BW reports whether t is a bandwidth test (else a latency test).
+func (t Tool) BW() bool { return t <= AtomicBW }
+
+// Verb is perftest's VerbType.
+type Verb int
+
+// The verbs, in perftest's order.
+const (
+	Send Verb = iota
+	Write
+	Read
+	Atomic
+)
+
+// StepKind is one kind of step in a tool's out-of-band sequence.
+type StepKind int
+
+// The steps. Those marked local send nothing: they are where the caller
+// does its RDMA work.
+const (
+	StepNegotiate StepKind = iota // versions, page and cache line sizes, MTU
+	StepLocal                     // local: the caller creates its QPs and gives their keys
+	StepKeys                      // one key round for QP Step.QP
+	StepConnect                   // local: the caller moves its QPs to RTR/RTS
+	StepSync                      // one key round with QP 0: a barrier
+	StepPrepare                   // local: set-up before measured run Step.Run (post receives)
+	StepRun                       // local: measured run Step.Run
+	StepReports                   // bandwidth reports
+	StepDone                      // "done" each way; the connection is then closed
+)
+
+var stepNames = [...]string{"negotiate", "local", "keys", "connect", "sync", "prepare", "run", "reports", "done"}
+
+func (k StepKind) String() string {
+	if k >= 0 && int(k) < len(stepNames) {
+		return stepNames[k]
+	}
+	return fmt.Sprintf("StepKind(%d)", int(k))
+}
+
+// Step is one step of a sequence.
+type Step struct {
+	Kind StepKind
+	QP   int // StepKeys
+	Run  int // StepPrepare, StepRun
+}
+
+func (s Step) String() string {
+	switch s.Kind {
+	case StepKeys:
+		return fmt.Sprintf("keys(%d)", s.QP)
+	case StepPrepare, StepRun:
+		return fmt.Sprintf("%s(%d)", s.Kind, s.Run)
+	}
+	return s.Kind.String()
+}
+
+// Config selects a tool's sequence.
+type Config struct {
+	Tool Tool
+	Role Role
+	// QPs is the number of queue pairs (-q); default 1.
+	QPs int
+	// Runs is the number of measured runs: 1, or the number of message
+	// sizes with -a. Default 1.
+	Runs int
+	// All is -a: ib_send_bw then adds a barrier after each run.
+	All bool
+}
+
+func (c Config) normalized() (Config, error) {
+	if !c.Tool.Valid() {
+		return c, fmt.Errorf("unknown tool %d", int(c.Tool))
+	}
+	if c.Role != Client && c.Role != Server {
+		return c, fmt.Errorf("unknown role %d", int(c.Role))
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.Runs == 0 {
+		c.Runs = 1
+	}
+	if c.QPs < 0 || c.Runs < 0 {
+		return c, errors.New("negative QP or run count")
+	}
+	return c, nil
+}
+
+// Sequence returns the steps cfg's tool takes in cfg's role, as perftest
+// 4.5's main functions do them (one-way tests, no -b, no RDMA CM). Both
+// sides of a connection take the same byte-carrying steps in the same order;
+// they differ in the local ones (in the one-way bw tools and ib_read_lat
+// only the client runs).
+func Sequence(cfg Config) ([]Step, error) {
+	cfg, err := cfg.normalized()
+	if err != nil {
+		return nil, fmt.Errorf("perftest sequence: %w", err)
+	}
+	var s []Step
+	add := func(k ...StepKind) {
+		for _, kind := range k {
+			s = append(s, Step{Kind: kind})
+		}
+	}
+	keys := func() {
+		for i := range cfg.QPs {
+			s = append(s, Step{Kind: StepKeys, QP: i})
+		}
+	}
+	runs := func(syncBefore, syncAfter bool) {
+		for r := range cfg.Runs {
+			s = append(s, Step{Kind: StepPrepare, Run: r})
+			if syncBefore {
+				add(StepSync)
+			}
+			s = append(s, Step{Kind: StepRun, Run: r})
+			if syncAfter {
+				add(StepSync)
+			}
+		}
+	}
+	client := cfg.Role == Client
+	add(StepNegotiate, StepLocal)
+	switch cfg.Tool {
+	case WriteBW, ReadBW, AtomicBW:
+		// Keys, connect, keys again (printed), one barrier after RTR. The
+		// server then waits in a barrier for the client to finish.
+		keys()
+		add(StepConnect)
+		keys()
+		add(StepSync)
+		if client {
+			runs(false, false)
+		}
+		add(StepSync, StepReports, StepSync, StepDone)
+	case SendBW:
+		// The barrier after RTR comes before the second key round; each run
+		// starts with a barrier once receives are posted.
+		keys()
+		add(StepConnect, StepSync)
+		keys()
+		runs(true, cfg.All)
+		add(StepSync, StepDone)
+	case WriteLat:
+		// One extra round first; no closing exchange at all.
+		add(StepSync)
+		keys()
+		add(StepConnect)
+		keys()
+		add(StepSync)
+		runs(false, false)
+	case ReadLat:
+		add(StepSync)
+		keys()
+		add(StepConnect)
+		keys()
+		add(StepSync)
+		if client {
+			runs(false, false)
+		}
+		add(StepSync, StepDone)
+	case SendLat:
+		keys()
+		add(StepConnect, StepSync)
+		keys()
+		runs(true, false)
+		add(StepSync, StepDone)
+	}
+	return s, nil
+}
+
+// Hooks are the caller's parts of a sequence. Local and Connect are
+// required; the others may be nil.
+type Hooks struct {
+	// Local creates the QPs once the MTU is agreed and returns their keys,
+	// cfg.QPs of them.
+	Local func(Agreed) ([]Dest, error)
+	// Connect moves the QPs to RTR/RTS with the peer's keys.
+	Connect func(remote []Dest) error
+	// Prepare readies measured run r (ib_send_*: post the receives) before
+	// the barrier that starts it.
+	Prepare func(r int) error
+	// Run performs measured run r.
+	Run func(r int) error
+	// Report returns this side's bandwidth report, sent in StepReports; nil
+	// sends zeros (the server's report is not used by the peer).
+	Report func() Report
+}
+
+// Result is what a sequence learnt from the peer.
+type Result struct {
+	Agreed Agreed
+	// Remote holds the peer's keys from the first key round.
+	Remote []Dest
+	// RemoteReport is the peer's bandwidth report (bw tools).
+	RemoteReport Report
+	HasReport    bool
+}
+
+// Run carries out cfg's sequence on nc with params, calling hooks at the
+// local steps. It does not close nc; after StepDone (and after the last run
+// of ib_write_lat, which has no closing exchange) the caller should. A
+// server blocks in a barrier while the client runs, so ctx's deadline must
+// leave room for the whole test.
+func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hooks) (Result, error) {
+	var res Result
+	steps, err := Sequence(cfg)
+	if err != nil {
+		return res, err
+	}
+	cfg, _ = cfg.normalized()
+	if hooks.Local == nil || hooks.Connect == nil {
+		return res, errors.New("perftest run: Local and Connect hooks are required")
+	}
+	c := NewConn(nc, cfg.Role)
+	var local []Dest
+	keyRounds := 0
+	for _, st := range steps {
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("%s %s %s: %w", cfg.Tool, cfg.Role, st, err)
+		}
+		var err error
+		switch st.Kind {
+		case StepNegotiate:
+			res.Agreed, err = c.Negotiate(ctx, params)
+		case StepLocal:
+			local, err = hooks.Local(res.Agreed)
+			if err == nil && len(local) != cfg.QPs {
+				err = fmt.Errorf("%d keys for %d QPs", len(local), cfg.QPs)
+			}
+			res.Remote = make([]Dest, cfg.QPs)
+		case StepKeys:
+			var d Dest
+			d, err = c.HandShake(ctx, local[st.QP])
+			if st.QP == 0 {
+				keyRounds++
+			}
+			if keyRounds == 1 {
+				res.Remote[st.QP] = d
+			}
+		case StepSync:
+			_, err = c.HandShake(ctx, local[0])
+		case StepConnect:
+			err = hooks.Connect(res.Remote)
+		case StepPrepare:
+			if hooks.Prepare != nil {
+				err = hooks.Prepare(st.Run)
+			}
+		case StepRun:
+			if hooks.Run != nil {
+				err = hooks.Run(st.Run)
+			}
+		case StepReports:
+			var mine Report
+			if hooks.Report != nil {
+				mine = hooks.Report()
+			}
+			res.RemoteReport, err = c.ExchangeReports(ctx, mine)
+			res.HasReport = err == nil
+		case StepDone:
+			err = c.Done(ctx)
+		}
+		if err != nil {
+			return res, fmt.Errorf("%s %s %s: %w", cfg.Tool, cfg.Role, st, err)
+		}
+	}
+	return res, nil
+}
