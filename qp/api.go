@@ -1,0 +1,396 @@
+// Package qp implements the InfiniBand transport rules of RoCE queue pairs
+// (IBTA vol. 1 ch. 9 and 10.3) as sans-I/O state machines: RC requester,
+// completer and responder, UC and UD.
+//
+// A QP owns no goroutine, socket or clock. Its inputs are verbs calls
+// (Modify, PostSend, PostRecv), received packets (Receive) and the time
+// (every call that may start a timer or act on one takes now, a
+// monotonic time.Duration from an arbitrary epoch). Its outputs are
+// packets handed to an Output and completions handed to a
+// CompletionSink. The caller serialises all calls on one QP; the stack
+// runs them on the goroutine that owns the QP's link queue.
+package qp
+
+import (
+	"errors"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// Type is the transport service of a QP.
+type Type uint8
+
+// QP types.
+const (
+	RC Type = iota + 1
+	UC
+	UD
+)
+
+func (t Type) String() string {
+	switch t {
+	case RC:
+		return "RC"
+	case UC:
+		return "UC"
+	case UD:
+		return "UD"
+	}
+	return "invalid"
+}
+
+// State is a QP state (ibv_qp_state).
+type State uint8
+
+// QP states.
+const (
+	StateReset State = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateSQD
+	StateSQE
+	StateErr
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "invalid"
+}
+
+// MTU is a path MTU enum as in verbs (ibv_mtu): 1 = 256 … 5 = 4096.
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes returns the MTU in bytes, or 0 for an invalid value.
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+// Access is a set of memory and QP access rights (ibv_access_flags).
+type Access uint32
+
+// Access rights.
+const (
+	AccessLocalWrite   Access = 1 << 0
+	AccessRemoteWrite  Access = 1 << 1
+	AccessRemoteRead   Access = 1 << 2
+	AccessRemoteAtomic Access = 1 << 3
+)
+
+// AttrMask selects the attributes a Modify call sets (ibv_qp_attr_mask).
+type AttrMask uint32
+
+// Attribute mask bits, with the values of ibv_qp_attr_mask.
+const (
+	AttrState           AttrMask = 1 << 0
+	AttrCurState        AttrMask = 1 << 1
+	AttrAccessFlags     AttrMask = 1 << 3
+	AttrPKeyIndex       AttrMask = 1 << 4
+	AttrPort            AttrMask = 1 << 5
+	AttrQKey            AttrMask = 1 << 6
+	AttrAV              AttrMask = 1 << 7
+	AttrPathMTU         AttrMask = 1 << 8
+	AttrTimeout         AttrMask = 1 << 9
+	AttrRetryCnt        AttrMask = 1 << 10
+	AttrRNRRetry        AttrMask = 1 << 11
+	AttrRQPSN           AttrMask = 1 << 12
+	AttrMaxQPRdAtomic   AttrMask = 1 << 13
+	AttrMinRNRTimer     AttrMask = 1 << 15
+	AttrSQPSN           AttrMask = 1 << 16
+	AttrMaxDestRdAtomic AttrMask = 1 << 17
+	AttrDestQPN         AttrMask = 1 << 20
+)
+
+// AddressVector is where a connected QP sends, or where a UD work request
+// goes (an address handle). The stack resolves GIDs to the Ethernet and
+// IP headers in Path before handing it to the QP.
+type AddressVector struct {
+	// Path holds the Ethernet/VLAN/IP/UDP headers of every packet sent on
+	// this path. The QP fills in the UDP source port for RC/UC when it is
+	// zero (bth.SourcePort) and the IPv4 ID per packet.
+	Path bth.L2L3
+}
+
+// Attr holds QP attributes (ibv_qp_attr); Modify reads those named by the mask.
+type Attr struct {
+	State           State
+	CurState        State
+	AccessFlags     Access // remote rights the responder grants (RC/UC)
+	PKeyIndex       uint16
+	Port            uint8
+	QKey            uint32 // UD
+	AV              AddressVector
+	PathMTU         MTU
+	Timeout         uint8 // local ACK timeout: 4.096 µs × 2^Timeout, 0 = infinite
+	RetryCnt        uint8 // 0–7
+	RNRRetry        uint8 // 0–7, 7 = infinite
+	RQPSN           bth.PSN
+	SQPSN           bth.PSN
+	MaxRdAtomic     uint8 // outstanding READ/atomic requests as requester
+	MaxDestRdAtomic uint8 // READ/atomic resources as responder
+	MinRNRTimer     uint8 // RNR NAK timer code this QP sends as responder
+	DestQPN         uint32
+}
+
+// Caps are a QP's creation-time limits (ibv_qp_cap and ibv_qp_init_attr).
+type Caps struct {
+	Type       Type
+	QPN        uint32
+	MaxSendWR  int
+	MaxRecvWR  int // ignored with an SRQ
+	MaxSendSGE int
+	MaxRecvSGE int
+	MaxInline  int
+	SignalAll  bool // sq_sig_all
+	SRQ        *SRQ // shared receive queue, or nil
+	PKey       uint16
+	// InfiniteRetry7 makes RetryCnt 7 mean "retry forever", as rdma_rxe
+	// does. The IBTA (and this package by default) treats 7 as 7 retries.
+	InfiniteRetry7 bool
+	// PortMTU is the active MTU of the port: the largest UD message and
+	// the packet size of UD QPs, which have no path MTU attribute.
+	// Zero means MTU4096.
+	PortMTU MTU
+}
+
+// WROpcode is a send work request's operation (ibv_wr_opcode).
+type WROpcode uint8
+
+// Send work request operations.
+const (
+	WRSend WROpcode = iota
+	WRSendWithImm
+	WRSendWithInv
+	WRWrite
+	WRWriteWithImm
+	WRRead
+	WRCompareSwap
+	WRFetchAdd
+)
+
+// SendFlags are ibv_send_flags.
+type SendFlags uint8
+
+// Send flags.
+const (
+	SendFence     SendFlags = 1 << 0
+	SendSignaled  SendFlags = 1 << 1
+	SendSolicited SendFlags = 1 << 2
+	SendInline    SendFlags = 1 << 3
+)
+
+// SGE is a scatter/gather element: Length bytes at virtual address Addr
+// of the memory region whose local key is LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (ibv_send_wr). The QP copies it; the
+// caller may reuse it after PostSend returns. Data of inline requests is
+// copied at post time.
+type SendWR struct {
+	ID         uint64
+	Opcode     WROpcode
+	Flags      SendFlags
+	SG         []SGE
+	Imm        uint32 // immediate data, in host order; sent big-endian
+	InvRKey    uint32 // SEND_WITH_INV
+	RemoteAddr uint64 // WRITE, READ, atomics
+	RKey       uint32
+	CompareAdd uint64 // compare (CMP_SWAP) or add (FETCH_ADD)
+	Swap       uint64
+	// UD only.
+	AH         *AddressVector
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// RecvWR is a receive work request (ibv_recv_wr). The QP copies it.
+type RecvWR struct {
+	ID uint64
+	SG []SGE
+}
+
+// WCStatus is a work completion status (ibv_wc_status, same values).
+type WCStatus uint8
+
+// Completion statuses.
+const (
+	WCSuccess        WCStatus = 0
+	WCLocLenErr      WCStatus = 1
+	WCLocQPOpErr     WCStatus = 2
+	WCLocEECOpErr    WCStatus = 3
+	WCLocProtErr     WCStatus = 4
+	WCWRFlushErr     WCStatus = 5
+	WCMWBindErr      WCStatus = 6
+	WCBadRespErr     WCStatus = 7
+	WCLocAccessErr   WCStatus = 8
+	WCRemInvReqErr   WCStatus = 9
+	WCRemAccessErr   WCStatus = 10
+	WCRemOpErr       WCStatus = 11
+	WCRetryExcErr    WCStatus = 12
+	WCRNRRetryExcErr WCStatus = 13
+	WCLocRDDViolErr  WCStatus = 14
+	WCRemInvRDReqErr WCStatus = 15
+	WCRemAbortErr    WCStatus = 16
+	WCInvEECNErr     WCStatus = 17
+	WCInvEECStateErr WCStatus = 18
+	WCFatalErr       WCStatus = 19
+	WCRespTimeoutErr WCStatus = 20
+	WCGeneralErr     WCStatus = 21
+)
+
+var wcStatusNames = [...]string{"success", "local length error", "local QP operation error",
+	"local EE context operation error", "local protection error", "Work Request Flushed Error",
+	"memory bind operation error", "bad response error", "local access error",
+	"remote invalid request error", "remote access error", "remote operation error",
+	"transport retry counter exceeded", "RNR retry counter exceeded", "local RDD violation error",
+	"remote invalid RD request", "aborted error", "invalid EE context number",
+	"invalid EE context state", "fatal error", "response timeout error", "general error"}
+
+// String returns ibv_wc_status_str's text.
+func (s WCStatus) String() string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return "unknown"
+}
+
+// WCOpcode is the operation a completion reports (ibv_wc_opcode).
+type WCOpcode uint8
+
+// Completion operations, with ibv_wc_opcode values.
+const (
+	WCSend        WCOpcode = 0
+	WCRDMAWrite   WCOpcode = 1
+	WCRDMARead    WCOpcode = 2
+	WCCompSwap    WCOpcode = 3
+	WCFetchAdd    WCOpcode = 4
+	WCRecv        WCOpcode = 128
+	WCRecvRDMAImm WCOpcode = 129
+)
+
+// WCFlags are ibv_wc_flags.
+type WCFlags uint8
+
+// Completion flags.
+const (
+	WCWithGRH WCFlags = 1 << 0
+	WCWithImm WCFlags = 1 << 1
+	WCWithInv WCFlags = 1 << 3
+)
+
+// WC is a work completion (ibv_wc).
+type WC struct {
+	ID      uint64
+	Status  WCStatus
+	Opcode  WCOpcode
+	Flags   WCFlags
+	ByteLen uint32
+	Imm     uint32 // host order
+	InvRKey uint32
+	QPN     uint32 // the local QP
+	SrcQP   uint32 // UD: the sender's QPN
+	PKeyIdx uint16
+	VendErr uint32
+}
+
+// CompletionSink receives completions. The QP calls it synchronously;
+// send completions go to the send CQ, receive completions to the receive
+// CQ. The WC is only valid during the call.
+type CompletionSink interface {
+	Complete(wc *WC, recv bool)
+}
+
+// Output transmits packets. Send is called synchronously with the
+// headers and payload of one packet; the implementation encodes them
+// (bth.Encode) into a transmit buffer before returning. It returns false
+// when no buffer is free: the QP keeps the packet pending and retries on
+// the next Pump.
+type Output interface {
+	Send(h *bth.Headers, payload []byte) bool
+}
+
+// Memory resolves keys to bytes for the QP: the stack's memory region
+// table. Implementations must not allocate.
+type Memory interface {
+	// Local returns the bytes of a local SGE, checking the key, bounds
+	// and, when need includes AccessLocalWrite, the region's rights.
+	Local(lkey uint32, addr uint64, length uint32, need Access) ([]byte, bool)
+	// Remote returns the bytes of a remote access by rkey, checking
+	// bounds and rights (AccessRemoteWrite, AccessRemoteRead,
+	// AccessRemoteAtomic).
+	Remote(rkey uint32, va uint64, length uint32, need Access) ([]byte, bool)
+	// Invalidate invalidates the memory window or region named by rkey
+	// (SEND_WITH_INV); it reports whether the key was valid.
+	Invalidate(rkey uint32) bool
+}
+
+// Errors returned by verbs calls. Protocol failures are never Go errors:
+// they become NAKs and completion statuses.
+var (
+	ErrInvalidState = errors.New("invalid qp state for this operation")
+	ErrInvalidAttr  = errors.New("invalid qp attribute")
+	ErrQueueFull    = errors.New("work queue full")
+	ErrTooManySGE   = errors.New("too many scatter/gather elements")
+	ErrInvalidWR    = errors.New("invalid work request")
+)
+
+// Env is what a QP needs from its surroundings.
+type Env struct {
+	Mem  Memory
+	Out  Output
+	Sink CompletionSink
+	// Counters the QP increments; may be shared by QPs of one device
+	// only when all of them run on one goroutine.
+	Counters *Counters
+}
+
+// Counters are per-QP (or per-device) protocol counters named after the
+// rdma_rxe and mlx5 hardware counters where one exists.
+type Counters struct {
+	SentPkts            uint64 // sent_pkts
+	RcvdPkts            uint64 // rcvd_pkts
+	DuplicateRequest    uint64 // duplicate_request
+	OutOfSequence       uint64 // out_of_sequence
+	RcvdRNRErr          uint64 // rcvd_rnr_err: RNR NAKs received
+	SendRNRErr          uint64 // send_rnr_err: RNR NAKs sent
+	RcvdSeqErr          uint64 // rcvd_seq_err: PSN sequence NAKs received
+	PacketSeqErr        uint64 // packet_seq_err: PSN sequence NAKs sent
+	LocalAckTimeoutErr  uint64 // local_ack_timeout_err
+	RetryExceededErr    uint64 // retry_exceeded_err
+	RNRNakRetryErr      uint64 // rnr_nak_retry_err
+	CompleterRetryErr   uint64 // completer_retry_err
+	ImpliedNakSeqErr    uint64 // implied_nak_seq_err
+	ReqRemoteAccessErrs uint64 // req_remote_access_errors
+	ReqRemoteInvalidReq uint64 // req_remote_invalid_request
+	RespRemoteAccessErr uint64 // resp_remote_access_errors
+	RespLocalLengthErr  uint64 // resp_local_length_error
+	RespCQEError        uint64 // resp_cqe_error
+	RetransmittedPkts   uint64 // packets sent again (go-back-N)
+	QKeyViolation       uint64 // UD packets dropped for a wrong Q_Key
+	CNPRcvd             uint64 // np_cnp_sent on the peer: CNPs received here
+	DroppedPkts         uint64 // dropped for any other reason
+}
+
+// Time is a monotonic instant, a duration since an arbitrary epoch.
+type Time = time.Duration

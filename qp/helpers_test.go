@@ -1,0 +1,217 @@
+package qp
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// memRegion is a registered buffer in fakeMem.
+type memRegion struct {
+	buf    []byte
+	va     uint64
+	access Access
+	valid  bool
+}
+
+// fakeMem is a memory region table for tests: key k names regions[k].
+type fakeMem struct {
+	regions []memRegion
+}
+
+// reg registers buf at virtual address va and returns its key.
+func (m *fakeMem) reg(buf []byte, va uint64, access Access) uint32 {
+	if len(m.regions) == 0 {
+		m.regions = append(m.regions, memRegion{}) // key 0 is never valid
+	}
+	m.regions = append(m.regions, memRegion{buf: buf, va: va, access: access, valid: true})
+	return uint32(len(m.regions) - 1)
+}
+
+func (m *fakeMem) lookup(key uint32, addr uint64, length uint32, need Access) ([]byte, bool) {
+	if int(key) >= len(m.regions) {
+		return nil, false
+	}
+	r := &m.regions[key]
+	if !r.valid || r.access&need != need || addr < r.va || addr+uint64(length) > r.va+uint64(len(r.buf)) {
+		return nil, false
+	}
+	off := addr - r.va
+	return r.buf[off : off+uint64(length)], true
+}
+
+func (m *fakeMem) Local(lkey uint32, addr uint64, length uint32, need Access) ([]byte, bool) {
+	return m.lookup(lkey, addr, length, need)
+}
+
+func (m *fakeMem) Remote(rkey uint32, va uint64, length uint32, need Access) ([]byte, bool) {
+	return m.lookup(rkey, va, length, need)
+}
+
+func (m *fakeMem) Invalidate(rkey uint32) bool {
+	if int(rkey) >= len(m.regions) || !m.regions[rkey].valid {
+		return false
+	}
+	m.regions[rkey].valid = false
+	return true
+}
+
+// recOut records every packet a QP sends, encoded and parsed again.
+type recOut struct {
+	t      *testing.T
+	frames [][]byte
+	full   bool // refuse packets, as a full transmit ring does
+}
+
+func (o *recOut) Send(h *bth.Headers, payload []byte) bool {
+	if o.full {
+		return false
+	}
+	buf := make([]byte, h.FrameLen(len(payload)))
+	n, err := bth.Encode(buf, h, payload)
+	if err != nil {
+		o.t.Fatalf("encode %v: %v", h.BTH.Opcode, err)
+	}
+	o.frames = append(o.frames, buf[:n])
+	return true
+}
+
+// take returns the recorded packets, parsed, and forgets them.
+func (o *recOut) take() []*bth.Packet {
+	var ps []*bth.Packet
+	for _, f := range o.frames {
+		p := new(bth.Packet)
+		if err := bth.Parse(f, p); err != nil {
+			o.t.Fatalf("parse own packet: %v", err)
+		}
+		if !p.ICRCOK() {
+			o.t.Fatalf("bad icrc on own packet")
+		}
+		ps = append(ps, p)
+	}
+	o.frames = nil
+	return ps
+}
+
+// recSink records completions.
+type recSink struct {
+	send, recv []WC
+}
+
+func (s *recSink) Complete(wc *WC, recv bool) {
+	if recv {
+		s.recv = append(s.recv, *wc)
+	} else {
+		s.send = append(s.send, *wc)
+	}
+}
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.1")
+	addrB = netip.MustParseAddr("192.0.2.2")
+)
+
+func pathTo(src, dst netip.Addr) bth.L2L3 {
+	return bth.L2L3{SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, SrcIP: src, DstIP: dst}
+}
+
+// node is a QP with its recording environment.
+type node struct {
+	qp   *QP
+	mem  *fakeMem
+	out  *recOut
+	sink *recSink
+}
+
+func newNode(t *testing.T, caps Caps) *node {
+	t.Helper()
+	n := &node{mem: &fakeMem{}, out: &recOut{t: t}, sink: &recSink{}}
+	if caps.MaxSendWR == 0 {
+		caps.MaxSendWR = 64
+	}
+	if caps.MaxRecvWR == 0 {
+		caps.MaxRecvWR = 64
+	}
+	if caps.MaxSendSGE == 0 {
+		caps.MaxSendSGE = 4
+	}
+	if caps.MaxRecvSGE == 0 {
+		caps.MaxRecvSGE = 4
+	}
+	q, err := New(caps, Env{Mem: n.mem, Out: n.out, Sink: n.sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.qp = q
+	return n
+}
+
+// connOpts are the attributes of a connected QP.
+type connOpts struct {
+	mtu             MTU
+	sqPSN, rqPSN    bth.PSN
+	timeout         uint8
+	retry, rnrRetry uint8
+	minRNR          uint8
+	rdAtomic        uint8
+	destRdAtomic    uint8
+	access          Access
+}
+
+func defaultConn() connOpts {
+	return connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnrRetry: 7, minRNR: 12, rdAtomic: 4, destRdAtomic: 4,
+		access: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}
+}
+
+// connect brings q to RTS towards destQPN with o.
+func connect(t *testing.T, q *QP, src, dst netip.Addr, destQPN uint32, o connOpts) {
+	t.Helper()
+	a := Attr{State: StateInit, PKeyIndex: 0, Port: 1, AccessFlags: o.access, QKey: 0x11111111}
+	m := AttrState | AttrPKeyIndex | AttrPort
+	if q.Type() == UD {
+		m |= AttrQKey
+	} else {
+		m |= AttrAccessFlags
+	}
+	if err := q.Modify(0, &a, m); err != nil {
+		t.Fatal(err)
+	}
+	a = Attr{State: StateRTR}
+	m = AttrState
+	if q.Type() != UD {
+		a.AV.Path = pathTo(src, dst)
+		a.PathMTU, a.DestQPN, a.RQPSN = o.mtu, destQPN, o.rqPSN
+		m |= AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+		if q.Type() == RC {
+			a.MaxDestRdAtomic, a.MinRNRTimer = o.destRdAtomic, o.minRNR
+			m |= AttrMaxDestRdAtomic | AttrMinRNRTimer
+		}
+	}
+	if err := q.Modify(0, &a, m); err != nil {
+		t.Fatal(err)
+	}
+	a = Attr{State: StateRTS, SQPSN: o.sqPSN}
+	m = AttrState | AttrSQPSN
+	if q.Type() == RC {
+		a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = o.timeout, o.retry, o.rnrRetry, o.rdAtomic
+		m |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic
+	}
+	if err := q.Modify(0, &a, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deliver hands packets to a QP.
+func deliver(now Time, q *QP, ps []*bth.Packet) {
+	for _, p := range ps {
+		q.Receive(now, p)
+	}
+}
+
+// pattern fills b with a recognisable pattern.
+func pattern(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*7) + byte(i>>8)
+	}
+}

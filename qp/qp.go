@@ -1,0 +1,384 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// QP is a queue pair: its send queue with the requester and completer,
+// its receive queue (or SRQ) with the responder, and the state machine.
+// It is not safe for concurrent use; see the package documentation.
+type QP struct {
+	caps  Caps
+	typ   Type
+	qpn   uint32
+	mem   Memory
+	out   Output
+	sink  CompletionSink
+	ctr   *Counters
+	state State
+	attr  Attr
+	mtu   int      // path MTU in bytes (UD: the port MTU)
+	pkey  uint16   // P_Key sent in every BTH and required on receive
+	path  bth.L2L3 // RC/UC path with the UDP source port resolved
+	hdr   bth.Headers
+	ipid  uint16
+	wc    WC
+	// scratch gathers a packet's payload spanning several SGEs. It is
+	// allocated on first use.
+	scratch []byte
+
+	// Send queue, requester and completer (requester.go, completer.go).
+	sq        sendQueue
+	nextPSN   bth.PSN // first PSN of the next request to start
+	compPSN   bth.PSN // oldest PSN not yet acknowledged
+	sentHigh  bth.PSN // one past the highest PSN ever transmitted
+	curIdx    uint64  // transmit cursor: WQE counter ...
+	curPkt    uint32  // ... and packet (PSN offset) within it
+	rdOut     int     // READ/atomic requests started and not done
+	retryLeft uint8
+	rnrLeft   uint8
+	ackArmed  bool
+	ackDue    Time
+	rnrWait   bool
+	rnrUntil  Time
+	rnrPSN    bth.PSN
+	noAck     int // packets sent since the last one with the A bit
+
+	// Receive queue and responder (responder.go, ud.go).
+	rq   recvQueue
+	srq  *SRQ
+	ePSN bth.PSN
+	resp responder
+}
+
+// New creates a QP in the RESET state. The work queues are allocated
+// here with the sizes of caps; nothing is allocated per packet later.
+func New(caps Caps, env Env) (*QP, error) {
+	switch caps.Type {
+	case RC, UC, UD:
+	default:
+		return nil, fmt.Errorf("create qp: type %d: %w", caps.Type, ErrInvalidAttr)
+	}
+	if env.Mem == nil || env.Out == nil || env.Sink == nil {
+		return nil, errors.New("create qp: env needs Mem, Out and Sink")
+	}
+	if caps.QPN > bth.PSNMask || caps.QPN < 2 {
+		return nil, fmt.Errorf("create qp: qpn %#x: %w", caps.QPN, ErrInvalidAttr)
+	}
+	const maxWR, maxSGE, maxInline = 1 << 16, 64, 4096
+	if caps.MaxSendWR < 0 || caps.MaxSendWR > maxWR || caps.MaxRecvWR < 0 || caps.MaxRecvWR > maxWR {
+		return nil, fmt.Errorf("create qp: max_send_wr %d, max_recv_wr %d (limit %d): %w",
+			caps.MaxSendWR, caps.MaxRecvWR, maxWR, ErrInvalidAttr)
+	}
+	if caps.MaxSendSGE < 0 || caps.MaxSendSGE > maxSGE || caps.MaxRecvSGE < 0 || caps.MaxRecvSGE > maxSGE {
+		return nil, fmt.Errorf("create qp: max sge %d/%d (limit %d): %w",
+			caps.MaxSendSGE, caps.MaxRecvSGE, maxSGE, ErrInvalidAttr)
+	}
+	if caps.MaxInline < 0 || caps.MaxInline > maxInline {
+		return nil, fmt.Errorf("create qp: max_inline_data %d (limit %d): %w", caps.MaxInline, maxInline, ErrInvalidAttr)
+	}
+	if caps.PortMTU == 0 {
+		caps.PortMTU = MTU4096
+	}
+	if caps.PortMTU.Bytes() == 0 {
+		return nil, fmt.Errorf("create qp: port mtu %d: %w", caps.PortMTU, ErrInvalidAttr)
+	}
+	if caps.MaxSendSGE == 0 {
+		caps.MaxSendSGE = 1
+	}
+	if caps.MaxRecvSGE == 0 {
+		caps.MaxRecvSGE = 1
+	}
+	if caps.PKey == 0 {
+		caps.PKey = 0xffff
+	}
+	q := &QP{caps: caps, typ: caps.Type, qpn: caps.QPN, mem: env.Mem, out: env.Out, sink: env.Sink,
+		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ}
+	if q.ctr == nil {
+		q.ctr = new(Counters)
+	}
+	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
+	rsge := caps.MaxRecvSGE
+	if q.srq != nil {
+		rsge = q.srq.q.maxSGE
+	} else {
+		q.rq.init(max(caps.MaxRecvWR, 1), caps.MaxRecvSGE)
+	}
+	q.resp.rsg = make([]SGE, rsge)
+	if q.typ == UD {
+		q.mtu = caps.PortMTU.Bytes()
+	}
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the transport service.
+func (q *QP) Type() Type { return q.typ }
+
+// State returns the current state.
+func (q *QP) State() State { return q.state }
+
+// Counters returns the counters the QP increments.
+func (q *QP) Counters() *Counters { return q.ctr }
+
+// reset returns the QP to RESET: queues emptied without completions,
+// attributes and transport state cleared.
+func (q *QP) reset() {
+	q.state = StateReset
+	q.attr = Attr{}
+	if q.typ != UD {
+		q.mtu = 0
+	}
+	q.path = bth.L2L3{}
+	q.sq.clear()
+	q.rq.clear()
+	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
+	q.curIdx, q.curPkt, q.rdOut = 0, 0, 0
+	q.retryLeft, q.rnrLeft = 0, 0
+	q.ackArmed, q.rnrWait, q.noAck = false, false, 0
+	q.ePSN = 0
+	q.resetResponder()
+}
+
+// enterErr moves the QP to ERR: every outstanding send and receive work
+// request completes, in order, with its own error status when it failed
+// or WCWRFlushErr otherwise. A final NAK already queued is still sent.
+func (q *QP) enterErr() {
+	q.state = StateErr
+	q.attr.State = StateErr
+	q.ackArmed, q.rnrWait = false, false
+	q.flushSend()
+	q.flushRecv()
+	q.resp.dropAllButNAK()
+}
+
+// enterSQE moves a UC or UD QP to SQE after a send completion error:
+// the send queue is flushed, the receive side keeps working.
+func (q *QP) enterSQE() {
+	q.state = StateSQE
+	q.attr.State = StateSQE
+	q.flushSend()
+}
+
+// flushSend completes every WQE in the send queue.
+func (q *QP) flushSend() {
+	sq := &q.sq
+	for ; sq.head != sq.tail; sq.head++ {
+		w := sq.at(sq.head)
+		st := WCWRFlushErr
+		if w.done {
+			st = w.status // its own error, or success not yet retired
+		}
+		q.sendWC(w, st, false)
+	}
+	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
+	q.rdOut = 0
+	q.compPSN = q.nextPSN
+}
+
+// flushRecv completes the receive in progress and every posted receive
+// of the QP's own receive queue (an SRQ keeps its receives).
+func (q *QP) flushRecv() {
+	r := &q.resp
+	if r.haveRecv {
+		q.recvWC(WCWRFlushErr, WCRecv, 0, 0, 0, 0, 0)
+	}
+	r.rcur = curNone
+	if q.srq != nil {
+		return
+	}
+	for q.rq.head != q.rq.tail {
+		w := &q.rq.slots[q.rq.head%uint64(len(q.rq.slots))]
+		q.wc = WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		q.rq.head++
+		q.sink.Complete(&q.wc, true)
+	}
+}
+
+// sendWC reports a send completion. Successful completions of
+// unsignaled requests are suppressed unless force is set.
+func (q *QP) sendWC(w *sendWQE, st WCStatus, force bool) {
+	if st == WCSuccess && !force && !q.caps.SignalAll && w.wr.Flags&SendSignaled == 0 {
+		return
+	}
+	q.wc = WC{ID: w.wr.ID, Status: st, Opcode: wcOpcode[w.wr.Opcode], ByteLen: w.length, QPN: q.qpn}
+	q.sink.Complete(&q.wc, false)
+}
+
+var wcOpcode = [...]WCOpcode{
+	WRSend: WCSend, WRSendWithImm: WCSend, WRSendWithInv: WCSend, WRWrite: WCRDMAWrite,
+	WRWriteWithImm: WCRDMAWrite, WRRead: WCRDMARead, WRCompareSwap: WCCompSwap, WRFetchAdd: WCFetchAdd,
+}
+
+// recvWC completes the receive WQE in progress.
+func (q *QP) recvWC(st WCStatus, op WCOpcode, n uint32, flags WCFlags, imm, inv, src uint32) {
+	r := &q.resp
+	if st != WCSuccess && st != WCWRFlushErr {
+		q.ctr.RespCQEError++
+	}
+	q.wc = WC{ID: r.rwqe.id, Status: st, Opcode: op, Flags: flags, ByteLen: n, Imm: imm, InvRKey: inv,
+		QPN: q.qpn, SrcQP: src}
+	r.haveRecv = false
+	q.sink.Complete(&q.wc, true)
+}
+
+// takeRecv makes sure a receive WQE is in progress, taking one from the
+// SRQ or the receive queue. It reports false when none is posted.
+func (q *QP) takeRecv() bool {
+	r := &q.resp
+	if r.haveRecv {
+		return true
+	}
+	if q.srq != nil {
+		r.haveRecv = q.srq.pop(&r.rwqe, r.rsg)
+	} else {
+		r.haveRecv = q.rq.pop(&r.rwqe, r.rsg)
+	}
+	return r.haveRecv
+}
+
+// PostRecv queues a receive work request (ibv_post_recv). It fails in
+// RESET and on a QP attached to an SRQ; in ERR the request completes at
+// once with WCWRFlushErr.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.state == StateReset {
+		return fmt.Errorf("post recv: qp in %s: %w", q.state, ErrInvalidState)
+	}
+	if q.srq != nil {
+		return fmt.Errorf("post recv: qp uses an srq: %w", ErrInvalidWR)
+	}
+	if err := q.rq.post(wr); err != nil {
+		return err
+	}
+	if q.state == StateErr {
+		q.flushRecv()
+	}
+	return nil
+}
+
+// Receive handles one packet addressed to this QP: p is parsed, its ICRC
+// verified and its BTH DestQP equals QPN. Responses the responder owes
+// are sent before Receive returns (or kept for Pump when the Output is
+// full); requests the requester may now send wait for Pump.
+func (q *QP) Receive(now Time, p *bth.Packet) {
+	q.ctr.RcvdPkts++
+	if p == nil || p.Info == nil || !p.Info.Valid || p.BTHOff+bth.BTHLen > len(p.Frame) {
+		q.ctr.DroppedPkts++
+		return
+	}
+	op := p.Opcode()
+	if op == bth.OpCNP {
+		q.ctr.CNPRcvd++
+		return
+	}
+	if q.state == StateReset || q.state == StateInit || q.state == StateErr {
+		q.ctr.DroppedPkts++
+		return
+	}
+	if p.BTH().PKey()&0x7fff != q.pkey&0x7fff {
+		q.ctr.DroppedPkts++
+		return
+	}
+	switch q.typ {
+	case RC:
+		if op.Transport() != bth.TransportRC {
+			q.ctr.DroppedPkts++
+			return
+		}
+		if p.Info.Request {
+			q.respondRC(now, p)
+		} else {
+			q.complete(now, p)
+		}
+	case UC:
+		if op.Transport() != bth.TransportUC {
+			q.ctr.DroppedPkts++
+			return
+		}
+		q.respondUC(p)
+	case UD:
+		if op.Transport() != bth.TransportUD {
+			q.ctr.DroppedPkts++
+			return
+		}
+		q.receiveUD(p)
+	}
+	q.flushResp()
+}
+
+// Pump sends what the QP may send now: queued responses first, then
+// requests as far as the send queue, max_rd_atomic, fences and an RNR
+// wait allow. Packets the Output refused are retried here.
+func (q *QP) Pump(now Time) {
+	q.flushResp()
+	if q.state != StateRTS && q.state != StateSQD {
+		return
+	}
+	if q.rnrWait {
+		if now < q.rnrUntil {
+			return
+		}
+		q.rnrWait = false
+	}
+	for q.sendOne(now) {
+	}
+}
+
+// Tick acts on expired timers: the local ACK timeout (go-back-N or retry
+// exhaustion) and the end of an RNR wait.
+func (q *QP) Tick(now Time) {
+	if q.rnrWait && now >= q.rnrUntil {
+		q.rnrWait = false
+	}
+	if q.ackArmed && now >= q.ackDue {
+		q.ackTimeout(now)
+	}
+}
+
+// Deadline returns the earliest armed timer, false if none.
+func (q *QP) Deadline() (Time, bool) {
+	var d Time
+	ok := false
+	if q.ackArmed {
+		d, ok = q.ackDue, true
+	}
+	if q.rnrWait && (!ok || q.rnrUntil < d) {
+		d, ok = q.rnrUntil, true
+	}
+	return d, ok
+}
+
+// Busy reports whether Pump would send something now (ignoring a full
+// Output): queued responses, or requests the send queue may start or
+// retransmit.
+func (q *QP) Busy() bool {
+	if q.resp.pending() {
+		return true
+	}
+	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait {
+		return false
+	}
+	if q.curIdx != q.sq.next {
+		return true
+	}
+	if q.state != StateRTS || q.sq.next == q.sq.tail {
+		return false
+	}
+	return q.canStart(q.sq.at(q.sq.next))
+}
+
+// headers resets the reusable header block for a packet on this QP's
+// connection (RC/UC) and returns it.
+func (q *QP) headers(op bth.Opcode, psn bth.PSN, ack bool) *bth.Headers {
+	h := &q.hdr
+	*h = bth.Headers{L2L3: q.path}
+	q.ipid++
+	h.IPID = q.ipid
+	h.BTH = bth.BTHFields{Opcode: op, PKey: q.pkey, DestQP: q.attr.DestQPN, AckReq: ack, PSN: psn}
+	return h
+}

@@ -1,0 +1,208 @@
+package qp
+
+import (
+	"fmt"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// Work queues are rings of fixed slots allocated when the QP (or SRQ) is
+// created. Scatter/gather lists and inline data live in flat arrays
+// sliced per slot, so posting and completing work never allocates.
+
+// sendWQE is one posted send work request and its transport progress.
+type sendWQE struct {
+	wr     SendWR // SG points into the queue's SGE storage
+	inline []byte // inline data (slot storage), nil unless SendInline
+	length uint32 // total bytes of the message
+
+	first    bth.PSN // first PSN, assigned when the request starts
+	npkts    uint32  // PSNs consumed: packets, or READ response packets
+	rcvd     uint32  // READ: response packets received in order
+	rdAtomic bool    // READ or atomic: needs a response, holds a credit
+	done     bool    // acknowledged (or failed): ready to retire in order
+	status   WCStatus
+}
+
+// last returns the last PSN of the request.
+func (w *sendWQE) last() bth.PSN { return w.first.Add(int(w.npkts) - 1) }
+
+// sendQueue is the ring of send WQEs. Counters only grow; the slot of
+// counter i is i modulo the capacity.
+//
+//	head ≤ next ≤ tail
+//	[head, next): started (PSNs assigned), not yet retired
+//	[next, tail): posted, not yet started
+type sendQueue struct {
+	slots     []sendWQE
+	sges      []SGE
+	inl       []byte
+	maxSGE    int
+	maxInline int
+	head      uint64
+	next      uint64
+	tail      uint64
+}
+
+func (s *sendQueue) init(n, maxSGE, maxInline int) {
+	s.slots = make([]sendWQE, n)
+	s.sges = make([]SGE, n*maxSGE)
+	if maxInline > 0 {
+		s.inl = make([]byte, n*maxInline)
+	}
+	s.maxSGE, s.maxInline = maxSGE, maxInline
+}
+
+func (s *sendQueue) at(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
+
+func (s *sendQueue) full() bool { return s.tail-s.head >= uint64(len(s.slots)) }
+
+// clear empties the ring without completions.
+func (s *sendQueue) clear() {
+	s.head, s.next, s.tail = 0, 0, 0
+	for i := range s.slots {
+		s.slots[i] = sendWQE{}
+	}
+}
+
+// push copies wr into the tail slot. The caller has checked capacity and
+// the SGE count.
+func (s *sendQueue) push(wr *SendWR, length uint32, inline bool, mem Memory) *sendWQE {
+	i := s.tail % uint64(len(s.slots))
+	w := &s.slots[i]
+	*w = sendWQE{wr: *wr, length: length}
+	w.wr.SG = nil
+	if inline {
+		buf := s.inl[int(i)*s.maxInline : int(i)*s.maxInline+int(length)]
+		off := 0
+		for _, sg := range wr.SG {
+			// Inline data is read at post time; a bad key is caught here.
+			if b, ok := mem.Local(sg.LKey, sg.Addr, sg.Length, 0); ok {
+				off += copy(buf[off:], b)
+			} else {
+				w.status = WCLocProtErr
+			}
+		}
+		w.inline = buf
+	} else {
+		sg := s.sges[int(i)*s.maxSGE : int(i)*s.maxSGE+len(wr.SG)]
+		copy(sg, wr.SG)
+		w.wr.SG = sg
+	}
+	s.tail++
+	return w
+}
+
+// recvWQE is one posted receive work request.
+type recvWQE struct {
+	id     uint64
+	sg     []SGE // slot storage
+	length uint64
+}
+
+// recvQueue is a ring of receive WQEs, used by a QP or an SRQ.
+type recvQueue struct {
+	slots  []recvWQE
+	sges   []SGE
+	maxSGE int
+	head   uint64
+	tail   uint64
+}
+
+func (r *recvQueue) init(n, maxSGE int) {
+	r.slots = make([]recvWQE, n)
+	r.sges = make([]SGE, n*maxSGE)
+	r.maxSGE = maxSGE
+}
+
+func (r *recvQueue) len() int { return int(r.tail - r.head) }
+
+func (r *recvQueue) clear() { r.head, r.tail = 0, 0 }
+
+func (r *recvQueue) post(wr *RecvWR) error {
+	if len(wr.SG) > r.maxSGE {
+		return fmt.Errorf("post recv: %d sges, max %d: %w", len(wr.SG), r.maxSGE, ErrTooManySGE)
+	}
+	if r.tail-r.head >= uint64(len(r.slots)) {
+		return fmt.Errorf("post recv: %w", ErrQueueFull)
+	}
+	i := int(r.tail % uint64(len(r.slots)))
+	sg := r.sges[i*r.maxSGE : i*r.maxSGE+len(wr.SG)]
+	copy(sg, wr.SG)
+	var n uint64
+	for _, e := range wr.SG {
+		n += uint64(e.Length)
+	}
+	r.slots[i] = recvWQE{id: wr.ID, sg: sg, length: n}
+	r.tail++
+	return nil
+}
+
+// pop copies the oldest WQE into dst (whose SG storage is dstSG) and
+// removes it.
+func (r *recvQueue) pop(dst *recvWQE, dstSG []SGE) bool {
+	if r.head == r.tail {
+		return false
+	}
+	w := &r.slots[r.head%uint64(len(r.slots))]
+	n := copy(dstSG, w.sg)
+	*dst = recvWQE{id: w.id, sg: dstSG[:n], length: w.length}
+	r.head++
+	return true
+}
+
+// SRQ is a shared receive queue. It is used only from the goroutine that
+// owns the QPs attached to it.
+type SRQ struct {
+	q        recvQueue
+	limit    int
+	limitHit bool
+}
+
+// NewSRQ returns a shared receive queue holding up to maxWR receives of
+// up to maxSGE scatter/gather elements each.
+func NewSRQ(maxWR, maxSGE int) *SRQ {
+	if maxWR < 1 {
+		maxWR = 1
+	}
+	if maxSGE < 1 {
+		maxSGE = 1
+	}
+	s := &SRQ{}
+	s.q.init(maxWR, maxSGE)
+	return s
+}
+
+// PostRecv queues a receive work request.
+func (s *SRQ) PostRecv(wr *RecvWR) error { return s.q.post(wr) }
+
+// SetLimit arms the SRQ limit (srq_limit): when the number of posted
+// receives drops below limit, LimitReached reports it once. Zero disarms.
+func (s *SRQ) SetLimit(limit int) { s.limit, s.limitHit = limit, false }
+
+// LimitReached reports (once) that the receives fell below the armed
+// limit (IBV_EVENT_SRQ_LIMIT_REACHED); the limit is then disarmed.
+func (s *SRQ) LimitReached() bool {
+	if s.limitHit {
+		s.limitHit = false
+		return true
+	}
+	return false
+}
+
+// Len returns the number of receives posted and not consumed.
+func (s *SRQ) Len() int { return s.q.len() }
+
+// MaxSGE returns the SRQ's scatter/gather limit per receive.
+func (s *SRQ) MaxSGE() int { return s.q.maxSGE }
+
+func (s *SRQ) pop(dst *recvWQE, dstSG []SGE) bool {
+	if !s.q.pop(dst, dstSG) {
+		return false
+	}
+	if s.limit > 0 && s.q.len() < s.limit {
+		s.limit = 0
+		s.limitHit = true
+	}
+	return true
+}

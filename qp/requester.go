@@ -1,0 +1,426 @@
+package qp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// The requester turns send WQEs into request packets: it starts WQEs in
+// order (assigning PSNs), segments messages by the path MTU and keeps a
+// transmit cursor that go-back-N moves back (completer.go).
+
+// ackEvery is how many packets of a long message may go without the A bit.
+const ackEvery = 64
+
+var wrNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
+	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+
+func (o WROpcode) String() string {
+	if int(o) < len(wrNames) {
+		return wrNames[o]
+	}
+	return "invalid"
+}
+
+func isRdAtomic(o WROpcode) bool { return o == WRRead || o == WRCompareSwap || o == WRFetchAdd }
+
+// opAllowed reports whether a QP type supports a send operation.
+func opAllowed(t Type, o WROpcode) bool {
+	switch t {
+	case RC:
+		return o <= WRFetchAdd
+	case UC:
+		return o == WRSend || o == WRSendWithImm || o == WRWrite || o == WRWriteWithImm
+	case UD:
+		return o == WRSend || o == WRSendWithImm
+	}
+	return false
+}
+
+// PostSend queues a send work request (ibv_post_send); Pump transmits
+// it. It fails in RESET, INIT and RTR. In ERR and SQE the request
+// completes at once with WCWRFlushErr. Errors found when the request is
+// executed (keys, lengths) become completion statuses.
+func (q *QP) PostSend(now Time, wr *SendWR) error {
+	switch q.state {
+	case StateReset, StateInit, StateRTR:
+		return fmt.Errorf("post send: qp in %s: %w", q.state, ErrInvalidState)
+	}
+	if !opAllowed(q.typ, wr.Opcode) {
+		return fmt.Errorf("post send: %s on a %s qp: %w", wr.Opcode, q.typ, ErrInvalidWR)
+	}
+	if len(wr.SG) > q.sq.maxSGE {
+		return fmt.Errorf("post send: %d sges, max %d: %w", len(wr.SG), q.sq.maxSGE, ErrTooManySGE)
+	}
+	if q.caps.MaxSendWR == 0 || q.sq.full() {
+		return fmt.Errorf("post send: %w", ErrQueueFull)
+	}
+	var n uint64
+	for _, sg := range wr.SG {
+		n += uint64(sg.Length)
+	}
+	if n > maxMessage {
+		return fmt.Errorf("post send: length %d exceeds %d: %w", n, maxMessage, ErrInvalidWR)
+	}
+	inline := wr.Flags&SendInline != 0 && !isRdAtomic(wr.Opcode)
+	if inline && n > uint64(q.sq.maxInline) {
+		return fmt.Errorf("post send: inline length %d exceeds %d: %w", n, q.sq.maxInline, ErrInvalidWR)
+	}
+	if (wr.Opcode == WRCompareSwap || wr.Opcode == WRFetchAdd) && n != 8 {
+		return fmt.Errorf("post send: atomic needs one 8-byte local buffer, got %d bytes: %w", n, ErrInvalidWR)
+	}
+	if q.typ == UD && wr.AH == nil {
+		return fmt.Errorf("post send: ud request without an address handle: %w", ErrInvalidWR)
+	}
+	if q.typ == UD && wr.RemoteQPN > bth.PSNMask {
+		return fmt.Errorf("post send: remote qpn %#x: %w", wr.RemoteQPN, ErrInvalidWR)
+	}
+	q.sq.push(wr, uint32(n), inline, q.mem)
+	if q.state == StateErr || q.state == StateSQE {
+		q.flushSend()
+	}
+	return nil
+}
+
+// pkts returns the PSNs a request consumes.
+func (q *QP) pkts(w *sendWQE) uint32 {
+	switch w.wr.Opcode {
+	case WRCompareSwap, WRFetchAdd:
+		return 1
+	}
+	if q.typ == UD || w.length == 0 {
+		return 1
+	}
+	m := uint32(q.mtu)
+	return (w.length + m - 1) / m
+}
+
+// canStart reports whether the next posted WQE may start now: the
+// max_rd_atomic credits, a fence and the PSN window allow it.
+func (q *QP) canStart(w *sendWQE) bool {
+	if q.typ != RC {
+		return true
+	}
+	if isRdAtomic(w.wr.Opcode) && q.attr.MaxRdAtomic > 0 && q.rdOut >= int(q.attr.MaxRdAtomic) {
+		return false
+	}
+	if w.wr.Flags&SendFence != 0 && q.rdOut > 0 {
+		return false
+	}
+	// Keep the unacknowledged PSNs well inside half the PSN space.
+	if q.compPSN != q.nextPSN && q.nextPSN.Sub(q.compPSN)+int(q.pkts(w)) >= 1<<22 {
+		return false
+	}
+	return true
+}
+
+// start validates the next posted WQE and assigns its PSNs. A request
+// that fails here completes with its error and moves the QP to ERR (RC)
+// or SQE (UC, UD); start then returns false.
+func (q *QP) start(w *sendWQE) bool {
+	st := w.status
+	w.rdAtomic = isRdAtomic(w.wr.Opcode)
+	if st == WCSuccess {
+		switch {
+		case q.typ == UD && int(w.length) > q.mtu:
+			st = WCLocLenErr
+		case w.rdAtomic && q.attr.MaxRdAtomic == 0:
+			st = WCLocQPOpErr
+		case w.inline == nil:
+			var need Access
+			if w.rdAtomic {
+				need = AccessLocalWrite
+			}
+			for _, sg := range w.wr.SG {
+				if sg.Length == 0 {
+					continue
+				}
+				if _, ok := q.mem.Local(sg.LKey, sg.Addr, sg.Length, need); !ok {
+					st = WCLocProtErr
+					break
+				}
+			}
+		}
+	}
+	w.first = q.nextPSN
+	w.npkts = q.pkts(w)
+	q.sq.next++
+	if st != WCSuccess {
+		q.failWQE(w, st)
+		return false
+	}
+	q.nextPSN = q.nextPSN.Add(int(w.npkts))
+	if w.rdAtomic {
+		q.rdOut++
+	}
+	return true
+}
+
+// failWQE completes w with an error and takes the QP out of service:
+// ERR for RC (everything else is flushed), SQE for UC and UD.
+func (q *QP) failWQE(w *sendWQE, st WCStatus) {
+	w.done, w.status = true, st
+	if q.typ == RC {
+		q.enterErr()
+	} else {
+		q.enterSQE()
+	}
+}
+
+// sendOne sends one packet at the transmit cursor, starting the next WQE
+// when the cursor reaches it. It reports whether a packet went out.
+func (q *QP) sendOne(now Time) bool {
+	sq := &q.sq
+	if q.curIdx == sq.next {
+		if q.state != StateRTS || sq.next == sq.tail {
+			return false
+		}
+		w := sq.at(sq.next)
+		if !q.canStart(w) || !q.start(w) {
+			return false
+		}
+	}
+	return q.emit(now, sq.at(q.curIdx))
+}
+
+// dataOpcode returns the RC opcode of a SEND or WRITE packet.
+func dataOpcode(o WROpcode, first, last bool) bth.Opcode {
+	send := o == WRSend || o == WRSendWithImm || o == WRSendWithInv
+	var op bth.Opcode
+	switch {
+	case first && last:
+		op = bth.OpSendOnly
+		if !send {
+			op = bth.OpWriteOnly
+		}
+	case first:
+		op = bth.OpSendFirst
+		if !send {
+			op = bth.OpWriteFirst
+		}
+	case last:
+		op = bth.OpSendLast
+		if !send {
+			op = bth.OpWriteLast
+		}
+	default:
+		op = bth.OpSendMiddle
+		if !send {
+			op = bth.OpWriteMiddle
+		}
+	}
+	if last {
+		switch o {
+		case WRSendWithImm, WRWriteWithImm:
+			op++ // …_LAST_WITH_IMMEDIATE / …_ONLY_WITH_IMMEDIATE follow the plain opcode
+		case WRSendWithInv:
+			if first {
+				op = bth.OpSendOnlyInv
+			} else {
+				op = bth.OpSendLastInv
+			}
+		}
+	}
+	return op
+}
+
+// emit sends the packet at the cursor of WQE w. It reports false when
+// the Output is full (the cursor stays) or the request failed.
+func (q *QP) emit(now Time, w *sendWQE) bool {
+	mtu := uint32(q.mtu)
+	k := q.curPkt
+	psn := w.first.Add(int(k))
+	var h *bth.Headers
+	var payload []byte
+	last := true
+	switch w.wr.Opcode {
+	case WRRead:
+		off := k * mtu
+		h = q.headers(bth.OpReadRequest, psn, true)
+		h.VA, h.RKey, h.DMALen = w.wr.RemoteAddr+uint64(off), w.wr.RKey, w.length-off
+	case WRCompareSwap:
+		h = q.headers(bth.OpCompareSwap, psn, true)
+		h.AtomicVA, h.AtomicRKey, h.SwapAdd, h.Compare = w.wr.RemoteAddr, w.wr.RKey, w.wr.Swap, w.wr.CompareAdd
+	case WRFetchAdd:
+		h = q.headers(bth.OpFetchAdd, psn, true)
+		h.AtomicVA, h.AtomicRKey, h.SwapAdd = w.wr.RemoteAddr, w.wr.RKey, w.wr.CompareAdd
+	default:
+		off := k * mtu
+		n := min(mtu, w.length-off)
+		first := k == 0
+		last = k+1 >= w.npkts
+		op := dataOpcode(w.wr.Opcode, first, last)
+		ack := false
+		switch q.typ {
+		case UC:
+			op = op.On(bth.TransportUC)
+		case UD:
+			op = bth.OpUDSendOnly
+			if w.wr.Opcode == WRSendWithImm {
+				op = bth.OpUDSendOnlyImm
+			}
+		case RC:
+			ack = last || q.noAck+1 >= ackEvery
+		}
+		h = q.headers(op, psn, ack)
+		if q.typ == UD {
+			h.L2L3 = w.wr.AH.Path
+			h.IPID = q.ipid
+			if h.SrcPort == 0 {
+				h.SrcPort = bth.UDSourcePort(q.qpn)
+			}
+			h.BTH.DestQP = w.wr.RemoteQPN
+			h.QKey = w.wr.RemoteQKey
+			if h.QKey&0x80000000 != 0 {
+				h.QKey = q.attr.QKey // the high bit selects the QP's own Q_Key
+			}
+			h.SrcQP = q.qpn
+		}
+		if first && (w.wr.Opcode == WRWrite || w.wr.Opcode == WRWriteWithImm) {
+			h.VA, h.RKey, h.DMALen = w.wr.RemoteAddr, w.wr.RKey, w.length
+		}
+		if last {
+			h.Imm = w.wr.Imm
+			h.InvKey = w.wr.InvRKey
+			h.BTH.SE = w.wr.Flags&SendSolicited != 0 && w.wr.Opcode != WRWrite
+		}
+		var ok bool
+		if payload, ok = q.gather(w, off, n); !ok {
+			q.failWQE(w, WCLocProtErr)
+			return false
+		}
+	}
+	if !q.out.Send(h, payload) {
+		return false
+	}
+	q.ctr.SentPkts++
+	if q.typ == RC {
+		if h.BTH.AckReq {
+			q.noAck = 0
+		} else {
+			q.noAck++
+		}
+		end := psn.Next()
+		if w.wr.Opcode == WRRead {
+			end = w.first.Add(int(w.npkts))
+		}
+		if psn.Less(q.sentHigh) {
+			q.ctr.RetransmittedPkts++
+		}
+		if q.sentHigh.Less(end) {
+			q.sentHigh = end
+		}
+		if !q.ackArmed {
+			q.armAck(now)
+		}
+	}
+	if last {
+		q.curIdx++
+		q.curPkt = 0
+		if q.typ != RC {
+			w.done = true
+			q.retire()
+		}
+	} else {
+		q.curPkt++
+	}
+	return true
+}
+
+// ackTimeoutDur returns the local ACK timeout: 4.096 µs × 2^t.
+func ackTimeoutDur(t uint8) time.Duration { return time.Duration(4096) << t }
+
+// armAck starts the local ACK timer (unless the timeout is infinite).
+func (q *QP) armAck(now Time) {
+	if q.attr.Timeout == 0 {
+		return
+	}
+	q.ackArmed = true
+	q.ackDue = now + ackTimeoutDur(q.attr.Timeout)
+}
+
+// gather returns n payload bytes of w from byte off: a view of the
+// registered memory when one SGE holds them, else a copy in scratch.
+func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	if w.inline != nil {
+		return w.inline[off : off+n], true
+	}
+	var base uint32
+	for i, sg := range w.wr.SG {
+		if off < base+sg.Length {
+			rel := off - base
+			if rel+n <= sg.Length {
+				return q.mem.Local(sg.LKey, sg.Addr+uint64(rel), n, 0)
+			}
+			return q.gatherSlow(w.wr.SG[i:], rel, n)
+		}
+		base += sg.Length
+	}
+	return nil, false
+}
+
+func (q *QP) gatherSlow(sgs []SGE, rel, n uint32) ([]byte, bool) {
+	if uint32(len(q.scratch)) < n {
+		q.scratch = make([]byte, max(n, 4096))
+	}
+	buf := q.scratch[:n]
+	done := uint32(0)
+	for _, sg := range sgs {
+		if done == n {
+			break
+		}
+		take := min(sg.Length-rel, n-done)
+		b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, 0)
+		if !ok {
+			return nil, false
+		}
+		copy(buf[done:], b)
+		done += take
+		rel = 0
+	}
+	return buf, done == n
+}
+
+// scatterSend writes data into w's local buffers at byte off (READ
+// responses, atomic results).
+func (q *QP) scatterSend(w *sendWQE, off uint32, data []byte) bool {
+	var base uint32
+	for _, sg := range w.wr.SG {
+		if len(data) == 0 {
+			return true
+		}
+		end := base + sg.Length
+		if off < end {
+			rel := off - base
+			take := min(sg.Length-rel, uint32(len(data)))
+			b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, AccessLocalWrite)
+			if !ok {
+				return false
+			}
+			copy(b, data[:take])
+			data = data[take:]
+			off += take
+		}
+		base = end
+	}
+	return len(data) == 0
+}
+
+// retire completes, in order, the WQEs at the head that are done.
+// Failed WQEs are completed by the flush that follows their failure.
+func (q *QP) retire() {
+	sq := &q.sq
+	for sq.head != sq.next {
+		w := sq.at(sq.head)
+		if !w.done || w.status != WCSuccess {
+			return
+		}
+		sq.head++
+		q.sendWC(w, WCSuccess, false)
+	}
+}

@@ -1,0 +1,653 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// The responder executes incoming requests (IBTA 9.7.3-9.7.5): it checks
+// the PSN against ePSN, the opcode sequence, lengths, keys and rights,
+// consumes receive WQEs, writes and reads memory, and queues the ACKs,
+// NAKs, READ responses and atomic ACKs it owes, in PSN order.
+
+// curMsg is the multi-packet message the responder is in the middle of.
+type curMsg uint8
+
+const (
+	curNone curMsg = iota
+	curSend
+	curWrite
+)
+
+// respKind is the kind of a queued response.
+type respKind uint8
+
+const (
+	rkNone   respKind = iota
+	rkAck             // ACK, NAK or RNR NAK (one packet)
+	rkRead            // READ response packets
+	rkAtomic          // atomic ACK
+)
+
+// respItem is a response waiting to be sent.
+type respItem struct {
+	kind respKind
+	busy bool    // holds a READ/atomic resource (a new request, not a replay)
+	psn  bth.PSN // PSN of the next packet
+	syn  bth.Syndrome
+	msn  uint32
+	data []byte // READ: bytes still to send
+	k, n uint32 // READ: next packet index and packet count
+	orig uint64 // atomic: the original value
+}
+
+// rdRes remembers an executed READ or atomic for duplicates: a READ is
+// executed again, an atomic is answered from its saved result.
+type rdRes struct {
+	valid  bool
+	atomic bool
+	first  bth.PSN
+	npkts  uint32
+	msn    uint32
+	orig   uint64
+}
+
+// rerr is the outcome of executing a request.
+type rerr uint8
+
+const (
+	rOK      rerr = iota
+	rRNR          // no receive WQE: RNR NAK
+	rInvReq       // NAK invalid request: opcode sequence, length, unsupported, resources
+	rAccess       // NAK remote access error: R_Key, bounds, rights
+	rLocLen       // receive buffer too small: NAK invalid request, WCLocLenErr
+	rLocProt      // receive buffer key invalid: NAK remote operational error, WCLocProtErr
+	rDrop         // silently dropped (no room to answer; the requester retries)
+)
+
+// responder is the receive-side transport state of a QP.
+type responder struct {
+	items   []respItem // ring of queued responses
+	ihead   uint64
+	itail   uint64
+	busy    int // queued new READ/atomic responses: resources in use
+	res     []rdRes
+	resNext uint64
+	msn     uint32
+	nakSent bool // a PSN sequence NAK (or RNR NAK) was sent for ePSN
+
+	rcur     curMsg
+	roff     uint32 // bytes of the current message so far
+	wdata    []byte // WRITE target
+	wlen     uint32 // WRITE DMA length
+	haveRecv bool   // rwqe holds a receive WQE being filled
+	rwqe     recvWQE
+	rsg      []SGE
+	ucDrop   bool // UC: dropping until the next FIRST/ONLY
+}
+
+// initResponder sizes the READ/atomic resources (max_dest_rd_atomic) and
+// the response queue.
+func (q *QP) initResponder(n int) {
+	r := &q.resp
+	r.res = make([]rdRes, n)
+	r.resNext = 0
+	r.items = make([]respItem, 2*n+4)
+	r.ihead, r.itail, r.busy = 0, 0, 0
+}
+
+func (q *QP) resetResponder() {
+	r := &q.resp
+	clear(r.items)
+	clear(r.res)
+	r.ihead, r.itail, r.busy, r.resNext = 0, 0, 0, 0
+	r.msn, r.nakSent = 0, false
+	r.rcur, r.roff, r.wdata, r.wlen = curNone, 0, nil, 0
+	r.haveRecv, r.ucDrop = false, false
+}
+
+func (r *responder) pending() bool { return r.ihead != r.itail }
+
+func (r *responder) room() bool { return len(r.items) > 0 && r.itail-r.ihead < uint64(len(r.items)) }
+
+func (r *responder) item(i uint64) *respItem { return &r.items[i%uint64(len(r.items))] }
+
+// dropAllButNAK empties the response queue except a final NAK, which is
+// still sent after the QP enters ERR.
+func (r *responder) dropAllButNAK() {
+	r.busy = 0
+	if !r.pending() {
+		return
+	}
+	last := *r.item(r.itail - 1)
+	r.ihead, r.itail = 0, 0
+	if last.kind == rkAck && last.syn.Kind() == bth.AckKindNAK {
+		*r.item(0) = last
+		r.itail = 1
+	}
+}
+
+// pushAck queues an ACK, NAK or RNR NAK. An ACK replaces a queued ACK
+// not yet sent (coalescing); a NAK replaces it too, since it
+// acknowledges everything before its PSN.
+func (q *QP) pushAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
+	r := &q.resp
+	if len(r.items) == 0 {
+		return
+	}
+	if r.pending() {
+		if last := r.item(r.itail - 1); last.kind == rkAck && last.syn.Kind() == bth.AckKindACK &&
+			syn.Kind() != bth.AckKindRNR {
+			*last = respItem{kind: rkAck, psn: psn, syn: syn, msn: msn}
+			return
+		}
+	}
+	if !r.room() {
+		return // the requester's timer recovers
+	}
+	*r.item(r.itail) = respItem{kind: rkAck, psn: psn, syn: syn, msn: msn}
+	r.itail++
+}
+
+// flushResp sends queued responses until the queue is empty or the
+// Output is full.
+func (q *QP) flushResp() {
+	r := &q.resp
+	for r.pending() {
+		it := r.item(r.ihead)
+		if !q.sendResp(it) {
+			return
+		}
+		if it.kind == rkNone {
+			r.ihead++
+		}
+	}
+}
+
+// sendResp sends the next packet of a queued response; a finished item
+// gets kind rkNone.
+func (q *QP) sendResp(it *respItem) bool {
+	var h *bth.Headers
+	var payload []byte
+	switch it.kind {
+	case rkAck:
+		h = q.headers(bth.OpAck, it.psn, false)
+		h.Syndrome, h.MSN = it.syn, it.msn
+	case rkAtomic:
+		h = q.headers(bth.OpAtomicAck, it.psn, false)
+		h.Syndrome, h.MSN, h.AtomicAckOrig = bth.SyndromeACKNoCredits, it.msn, it.orig
+	case rkRead:
+		op := bth.OpReadRespMiddle
+		switch {
+		case it.n == 1:
+			op = bth.OpReadRespOnly
+		case it.k == 0:
+			op = bth.OpReadRespFirst
+		case it.k == it.n-1:
+			op = bth.OpReadRespLast
+		}
+		h = q.headers(op, it.psn, false)
+		h.Syndrome, h.MSN = bth.SyndromeACKNoCredits, it.msn
+		payload = it.data[:min(q.mtu, len(it.data))]
+	default:
+		return true
+	}
+	if !q.out.Send(h, payload) {
+		return false
+	}
+	q.ctr.SentPkts++
+	if it.kind == rkRead {
+		it.data = it.data[len(payload):]
+		it.k++
+		it.psn = it.psn.Next()
+		if it.k < it.n {
+			return true
+		}
+	}
+	if it.busy {
+		q.resp.busy--
+	}
+	it.kind = rkNone
+	it.data = nil
+	return true
+}
+
+// respondRC handles a request packet on an RC QP.
+func (q *QP) respondRC(now Time, p *bth.Packet) {
+	r := &q.resp
+	psn := p.BTH().PSN()
+	d := psn.Sub(q.ePSN)
+	switch {
+	case d < 0:
+		q.duplicate(p, psn)
+		return
+	case d > 0:
+		q.ctr.OutOfSequence++
+		if !r.nakSent {
+			r.nakSent = true
+			q.ctr.PacketSeqErr++
+			q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
+		}
+		return
+	}
+	switch e := q.execute(p, psn, true); e {
+	case rOK:
+		k := p.Info.Kind
+		if (k == bth.KindSend || k == bth.KindWrite) && p.BTH().AckReq() {
+			q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
+		}
+	case rRNR:
+		q.ctr.SendRNRErr++
+		r.nakSent = true
+		q.pushAck(psn, bth.RNRSyndrome(q.attr.MinRNRTimer), r.msn)
+	case rDrop:
+		q.ctr.DroppedPkts++
+	default:
+		q.respFatal(psn, e)
+	}
+}
+
+// respFatal NAKs the request at psn and moves the QP to ERR (IBTA
+// 9.9.3: responder class B, C and D errors).
+func (q *QP) respFatal(psn bth.PSN, e rerr) {
+	r := &q.resp
+	syn := bth.SyndromeInvalidReq
+	st := WCRemInvReqErr
+	switch e {
+	case rAccess:
+		syn, st = bth.SyndromeRemoteAccess, WCRemAccessErr
+		q.ctr.RespRemoteAccessErr++
+	case rLocLen:
+		st = WCLocLenErr
+		q.ctr.RespLocalLengthErr++
+	case rLocProt:
+		syn, st = bth.SyndromeRemoteOpError, WCLocProtErr
+	}
+	if r.haveRecv {
+		q.recvWC(st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
+	}
+	q.pushAck(psn, syn, r.msn)
+	q.enterErr()
+}
+
+// execute runs an in-sequence request (RC: PSN == ePSN; UC: accepted by
+// respondUC) and advances ePSN on success.
+func (q *QP) execute(p *bth.Packet, psn bth.PSN, rc bool) rerr {
+	r := &q.resp
+	info := p.Info
+	cont := info.Pos == bth.PosMiddle || info.Pos == bth.PosLast
+	var e rerr
+	switch info.Kind {
+	case bth.KindSend:
+		if (cont && r.rcur != curSend) || (!cont && r.rcur != curNone) {
+			return rInvReq
+		}
+		e = q.execSend(p)
+	case bth.KindWrite:
+		if (cont && r.rcur != curWrite) || (!cont && r.rcur != curNone) {
+			return rInvReq
+		}
+		e = q.execWrite(p)
+	case bth.KindReadRequest:
+		if !rc || r.rcur != curNone {
+			return rInvReq
+		}
+		return q.execRead(p, psn)
+	case bth.KindCompareSwap, bth.KindFetchAdd:
+		if !rc || r.rcur != curNone {
+			return rInvReq
+		}
+		return q.execAtomic(p, psn)
+	default:
+		return rInvReq // FLUSH, ATOMIC_WRITE, RESYNC: not supported
+	}
+	if e == rOK {
+		q.ePSN = psn.Next()
+		r.nakSent = false
+	}
+	return e
+}
+
+// lenCheck checks a SEND/WRITE packet's payload against the path MTU:
+// FIRST and MIDDLE carry exactly one MTU, LAST 1 to MTU bytes, ONLY up
+// to one MTU.
+func lenCheck(pos bth.Position, n, mtu uint32) bool {
+	switch pos {
+	case bth.PosFirst, bth.PosMiddle:
+		return n == mtu
+	case bth.PosLast:
+		return n >= 1 && n <= mtu
+	}
+	return n <= mtu
+}
+
+func (q *QP) execSend(p *bth.Packet) rerr {
+	r := &q.resp
+	info := p.Info
+	n := uint32(p.PayloadN)
+	if !lenCheck(info.Pos, n, uint32(q.mtu)) {
+		return rInvReq
+	}
+	first := info.Pos == bth.PosFirst || info.Pos == bth.PosOnly
+	last := info.Pos == bth.PosLast || info.Pos == bth.PosOnly
+	if first {
+		if !q.takeRecv() {
+			return rRNR
+		}
+		r.roff = 0
+	}
+	if e := q.scatterRecv(r.roff, p.Payload()); e != rOK {
+		return e
+	}
+	r.roff += n
+	if !last {
+		r.rcur = curSend
+		return rOK
+	}
+	var flags WCFlags
+	var imm, inv uint32
+	if info.Imm {
+		flags |= WCWithImm
+		imm = p.ImmDt().Value()
+	}
+	if info.Inv {
+		inv = p.IETH().RKey()
+		if !q.mem.Invalidate(inv) {
+			return rInvReq
+		}
+		flags |= WCWithInv
+	}
+	r.rcur = curNone
+	r.msn++
+	q.recvWC(WCSuccess, WCRecv, r.roff, flags, imm, inv, q.attr.DestQPN)
+	return rOK
+}
+
+func (q *QP) execWrite(p *bth.Packet) rerr {
+	r := &q.resp
+	info := p.Info
+	n := uint32(p.PayloadN)
+	mtu := uint32(q.mtu)
+	if !lenCheck(info.Pos, n, mtu) {
+		return rInvReq
+	}
+	first := info.Pos == bth.PosFirst || info.Pos == bth.PosOnly
+	last := info.Pos == bth.PosLast || info.Pos == bth.PosOnly
+	data, dl, off := r.wdata, r.wlen, r.roff
+	if first {
+		reth := p.RETH()
+		dl, off, data = reth.DMALen(), 0, nil
+		if dl > maxMessage {
+			return rInvReq
+		}
+		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
+			return rAccess
+		}
+		if dl > 0 {
+			var ok bool
+			if data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteWrite); !ok || uint32(len(data)) < dl {
+				return rAccess
+			}
+		}
+	}
+	end := uint64(off) + uint64(n)
+	if end > uint64(dl) || (last && end != uint64(dl)) || (!last && end == uint64(dl)) {
+		return rInvReq
+	}
+	var imm uint32
+	if info.Imm {
+		if !q.takeRecv() {
+			return rRNR
+		}
+		imm = p.ImmDt().Value()
+	}
+	copy(data[off:], p.Payload())
+	if !last {
+		r.rcur, r.wdata, r.wlen, r.roff = curWrite, data, dl, uint32(end)
+		return rOK
+	}
+	r.rcur, r.wdata, r.wlen, r.roff = curNone, nil, 0, 0
+	r.msn++
+	if info.Imm {
+		q.recvWC(WCSuccess, WCRecvRDMAImm, dl, WCWithImm, imm, 0, q.attr.DestQPN)
+	}
+	return rOK
+}
+
+// takeRes takes the next READ/atomic resource, or reports that all of
+// max_dest_rd_atomic are in use.
+func (q *QP) takeRes() *rdRes {
+	r := &q.resp
+	if len(r.res) == 0 || r.busy >= len(r.res) {
+		return nil
+	}
+	res := &r.res[r.resNext%uint64(len(r.res))]
+	r.resNext++
+	return res
+}
+
+func (q *QP) execRead(p *bth.Packet, psn bth.PSN) rerr {
+	r := &q.resp
+	reth := p.RETH()
+	dl := reth.DMALen()
+	if q.attr.AccessFlags&AccessRemoteRead == 0 {
+		return rAccess
+	}
+	if dl > maxMessage || len(r.res) == 0 || r.busy >= len(r.res) {
+		return rInvReq
+	}
+	if !r.room() {
+		return rDrop
+	}
+	var data []byte
+	if dl > 0 {
+		var ok bool
+		if data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteRead); !ok || uint32(len(data)) < dl {
+			return rAccess
+		}
+		data = data[:dl]
+	}
+	npkts := q.respPkts(dl)
+	r.msn++
+	*q.takeRes() = rdRes{valid: true, first: psn, npkts: npkts, msn: r.msn}
+	q.pushRead(psn, data, npkts, r.msn, true)
+	q.ePSN = psn.Add(int(npkts))
+	r.nakSent = false
+	return rOK
+}
+
+func (q *QP) respPkts(dl uint32) uint32 {
+	if dl == 0 {
+		return 1
+	}
+	m := uint32(q.mtu)
+	return (dl + m - 1) / m
+}
+
+func (q *QP) pushRead(psn bth.PSN, data []byte, npkts, msn uint32, busy bool) bool {
+	r := &q.resp
+	if !r.room() {
+		return false
+	}
+	*r.item(r.itail) = respItem{kind: rkRead, busy: busy, psn: psn, msn: msn, data: data, n: npkts}
+	r.itail++
+	if busy {
+		r.busy++
+	}
+	return true
+}
+
+func (q *QP) pushAtomic(psn bth.PSN, orig uint64, msn uint32, busy bool) bool {
+	r := &q.resp
+	if !r.room() {
+		return false
+	}
+	*r.item(r.itail) = respItem{kind: rkAtomic, busy: busy, psn: psn, msn: msn, orig: orig}
+	r.itail++
+	if busy {
+		r.busy++
+	}
+	return true
+}
+
+func (q *QP) execAtomic(p *bth.Packet, psn bth.PSN) rerr {
+	r := &q.resp
+	a := p.AtomicETH()
+	if q.attr.AccessFlags&AccessRemoteAtomic == 0 {
+		return rAccess
+	}
+	if len(r.res) == 0 || r.busy >= len(r.res) || a.VA()&7 != 0 {
+		return rInvReq
+	}
+	if !r.room() {
+		return rDrop
+	}
+	b, ok := q.mem.Remote(a.RKey(), a.VA(), 8, AccessRemoteAtomic)
+	if !ok || len(b) < 8 {
+		return rAccess
+	}
+	orig := binary.NativeEndian.Uint64(b)
+	if p.Info.Kind == bth.KindFetchAdd {
+		binary.NativeEndian.PutUint64(b, orig+a.SwapAdd())
+	} else if orig == a.Compare() {
+		binary.NativeEndian.PutUint64(b, a.SwapAdd())
+	}
+	r.msn++
+	*q.takeRes() = rdRes{valid: true, atomic: true, first: psn, npkts: 1, msn: r.msn, orig: orig}
+	q.pushAtomic(psn, orig, r.msn, true)
+	q.ePSN = psn.Next()
+	r.nakSent = false
+	return rOK
+}
+
+// duplicate answers a request whose PSN is before ePSN: SEND and WRITE
+// are acknowledged again with the current MSN, a READ is executed again
+// from its saved resource, an atomic is answered from its saved result.
+func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
+	r := &q.resp
+	q.ctr.DuplicateRequest++
+	switch p.Info.Kind {
+	case bth.KindReadRequest:
+		res := q.findRes(psn, false)
+		if res == nil {
+			q.ctr.DroppedPkts++
+			return
+		}
+		reth := p.RETH()
+		dl := reth.DMALen()
+		npkts := q.respPkts(dl)
+		if dl > maxMessage || psn.Add(int(npkts)).Sub(res.first) > int(res.npkts) {
+			q.ctr.DroppedPkts++
+			return
+		}
+		var data []byte
+		if dl > 0 {
+			var ok bool
+			data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteRead)
+			if !ok || uint32(len(data)) < dl || q.attr.AccessFlags&AccessRemoteRead == 0 {
+				q.ctr.DroppedPkts++
+				return
+			}
+			data = data[:dl]
+		}
+		if !q.pushRead(psn, data, npkts, res.msn, false) {
+			q.ctr.DroppedPkts++
+		}
+	case bth.KindCompareSwap, bth.KindFetchAdd:
+		res := q.findRes(psn, true)
+		if res == nil || res.first != psn {
+			q.ctr.DroppedPkts++
+			return
+		}
+		if !q.pushAtomic(psn, res.orig, res.msn, false) {
+			q.ctr.DroppedPkts++
+		}
+	default:
+		q.pushAck(q.ePSN.Add(-1), bth.SyndromeACKNoCredits, r.msn)
+	}
+}
+
+// findRes returns the saved READ (atomic false) or atomic resource whose
+// PSN range holds psn.
+func (q *QP) findRes(psn bth.PSN, atomic bool) *rdRes {
+	r := &q.resp
+	for i := range r.res {
+		res := &r.res[i]
+		if res.valid && res.atomic == atomic && psn.InWindow(res.first, int(res.npkts)) {
+			return res
+		}
+	}
+	return nil
+}
+
+// scatterRecv writes data into the receive WQE in progress at byte off.
+func (q *QP) scatterRecv(off uint32, data []byte) rerr {
+	r := &q.resp
+	if uint64(off)+uint64(len(data)) > r.rwqe.length {
+		return rLocLen
+	}
+	var base uint32
+	for _, sg := range r.rwqe.sg {
+		if len(data) == 0 {
+			break
+		}
+		end := base + sg.Length
+		if off < end {
+			rel := off - base
+			take := min(sg.Length-rel, uint32(len(data)))
+			b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, AccessLocalWrite)
+			if !ok || uint32(len(b)) < take {
+				return rLocProt
+			}
+			copy(b, data[:take])
+			data = data[take:]
+			off += take
+		}
+		base = end
+	}
+	return rOK
+}
+
+// respondUC handles a packet on a UC QP: no ACKs; after a PSN gap the
+// message in progress is dropped and so is everything up to the next
+// FIRST or ONLY packet.
+func (q *QP) respondUC(p *bth.Packet) {
+	r := &q.resp
+	psn := p.BTH().PSN()
+	pos := p.Info.Pos
+	start := pos == bth.PosFirst || pos == bth.PosOnly
+	if psn != q.ePSN || r.ucDrop {
+		if psn != q.ePSN {
+			q.ctr.OutOfSequence++
+		}
+		r.rcur, r.roff, r.wdata = curNone, 0, nil // the receive WQE is kept for the next message
+		if !start {
+			r.ucDrop = true
+			q.ePSN = psn.Next()
+			q.ctr.DroppedPkts++
+			return
+		}
+		r.ucDrop = false
+	}
+	q.ePSN = psn.Next()
+	switch e := q.execute(p, psn, false); e {
+	case rOK:
+	case rLocLen, rLocProt:
+		st := WCLocLenErr
+		if e == rLocProt {
+			st = WCLocProtErr
+		}
+		if e == rLocLen {
+			q.ctr.RespLocalLengthErr++
+		}
+		if r.haveRecv {
+			q.recvWC(st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
+		}
+		q.enterErr()
+	default:
+		q.ctr.DroppedPkts++
+		r.rcur, r.roff, r.wdata = curNone, 0, nil
+		r.ucDrop = !(pos == bth.PosLast || pos == bth.PosOnly)
+	}
+}
