@@ -1,0 +1,61 @@
+package stack
+
+import (
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/uroce/uroce/qp"
+)
+
+// AHAttr is an address vector (ibv_ah_attr for RoCE): where packets go.
+type AHAttr struct {
+	// DGID is the remote GID: ::ffff:a.b.c.d for an IPv4 peer (a plain
+	// IPv4 address is accepted too) or its IPv6 address.
+	DGID netip.Addr
+	// SGIDIndex picks the local GID, and so the source address and the
+	// IP version. It must be of the same family as DGID.
+	SGIDIndex    int
+	TrafficClass uint8  // DSCP<<2 | ECN
+	FlowLabel    uint32 // IPv6 flow label; for RC/UC it also picks the UDP source port
+	HopLimit     uint8  // TTL or hop limit; 0 means 64
+	// DMAC is the next hop's Ethernet address; zero resolves DGID
+	// through the device's Neighbors.
+	DMAC [6]byte
+}
+
+// AH is an address handle for UD work requests (ibv_ah).
+type AH struct {
+	pd   *PD
+	attr AHAttr
+	av   qp.AddressVector
+	dead atomic.Bool
+}
+
+// CreateAH creates an address handle (ibv_create_ah), resolving the
+// destination's MAC when attr gives none.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	if err := pd.use("create ah"); err != nil {
+		return nil, err
+	}
+	p, err := pd.dev.resolvePath(&attr)
+	if err != nil {
+		return nil, fmt.Errorf("create ah: %w", err)
+	}
+	attr.DMAC = p.av.Path.DstMAC
+	pd.refs.Add(1)
+	return &AH{pd: pd, attr: attr, av: p.av}, nil
+}
+
+// Attr returns the handle's attributes, with the resolved MAC.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// Destroy destroys the handle (ibv_destroy_ah). Work requests already
+// posted with it still go out.
+func (ah *AH) Destroy() error {
+	if !ah.dead.CompareAndSwap(false, true) {
+		return fmt.Errorf("destroy ah: %w", ErrDestroyed)
+	}
+	ah.pd.refs.Add(-1)
+	return nil
+}

@@ -1,0 +1,130 @@
+package stack
+
+import "github.com/uroce/uroce/qp"
+
+// Counters are a device's counters: what its engines saw on the links
+// and the sum of the protocol counters of its QPs (destroyed ones
+// included). Names follow the rdma_rxe and mlx5 hardware counters where
+// one exists; Each and Map give them.
+type Counters struct {
+	RcvdPkts       uint64 // rcvd_pkts: frames delivered to a QP
+	SentPkts       uint64 // sent_pkts: frames the links took
+	RcvICRCErr     uint64 // rcv_icrc_err: frames with a bad ICRC, dropped
+	RcvMalformed   uint64 // rcv_malformed: RoCE frames with bad lengths or a reserved opcode
+	RcvNotRoCE     uint64 // rcv_not_roce: frames that are not RoCEv2
+	RcvUnsupported uint64 // rcv_unsupported: RoCEv1, RD/XRC/DC, or a transport the QP does not run
+	RcvNotOurs     uint64 // rcv_not_ours: destination MAC or IP not the device's
+	RcvUnknownQPN  uint64 // rcv_unknown_qpn: no QP with the destination QPN
+	RcvAddrErr     uint64 // rcv_addr_err: a connected QP's packet from another peer or to another address
+	RcvSteered     uint64 // rcv_steered: frames handed from one queue's engine to another's
+	RcvSteerDrop   uint64 // rcv_steer_drop: such frames dropped for a full hand-off queue
+	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
+	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
+	QP             qp.Counters
+}
+
+// Counters returns the device's counters.
+func (d *Device) Counters() Counters {
+	var c Counters
+	for _, e := range d.engines {
+		p := &e.pub
+		c.RcvdPkts += p.rcvdPkts.Load()
+		c.SentPkts += p.sentPkts.Load()
+		c.RcvICRCErr += p.rcvICRCErr.Load()
+		c.RcvMalformed += p.rcvMalformed.Load()
+		c.RcvNotRoCE += p.rcvNotRoCE.Load()
+		c.RcvUnsupported += p.rcvUnsupported.Load()
+		c.RcvNotOurs += p.rcvNotOurs.Load()
+		c.RcvUnknownQPN += p.rcvUnknownQPN.Load()
+		c.RcvAddrErr += p.rcvAddrErr.Load()
+		c.RcvSteered += p.rcvSteered.Load()
+		c.RcvSteerDrop += p.rcvSteerDrop.Load()
+		c.TxEncodeErr += p.txEncodeErr.Load()
+	}
+	c.CQOverrun = d.cqOverrun.Load()
+	d.retiredMu.Lock()
+	c.QP = d.retired
+	d.retiredMu.Unlock()
+	d.qps.each(func(q *QP) {
+		q.mu.Lock()
+		if !q.destroyed {
+			addCounters(&c.QP, &q.ctr)
+		}
+		q.mu.Unlock()
+	})
+	return c
+}
+
+// Each calls f with every counter's name and value: the device's, then
+// the QP sums (whose sent_pkts and rcvd_pkts are left out: the device's
+// count the same packets).
+func (c *Counters) Each(f func(name string, v uint64)) {
+	f("rcvd_pkts", c.RcvdPkts)
+	f("sent_pkts", c.SentPkts)
+	f("rcv_icrc_err", c.RcvICRCErr)
+	f("rcv_malformed", c.RcvMalformed)
+	f("rcv_not_roce", c.RcvNotRoCE)
+	f("rcv_unsupported", c.RcvUnsupported)
+	f("rcv_not_ours", c.RcvNotOurs)
+	f("rcv_unknown_qpn", c.RcvUnknownQPN)
+	f("rcv_addr_err", c.RcvAddrErr)
+	f("rcv_steered", c.RcvSteered)
+	f("rcv_steer_drop", c.RcvSteerDrop)
+	f("tx_encode_err", c.TxEncodeErr)
+	f("cq_overrun", c.CQOverrun)
+	EachQPCounter(&c.QP, func(name string, v uint64) {
+		if name != "sent_pkts" && name != "rcvd_pkts" {
+			f(name, v)
+		}
+	})
+}
+
+// Map returns the counters by name.
+func (c *Counters) Map() map[string]uint64 {
+	m := make(map[string]uint64, 40)
+	c.Each(func(name string, v uint64) { m[name] = v })
+	return m
+}
+
+// qpCounterFields names the fields of qp.Counters.
+var qpCounterFields = []struct {
+	name string
+	get  func(*qp.Counters) *uint64
+}{
+	{"sent_pkts", func(c *qp.Counters) *uint64 { return &c.SentPkts }},
+	{"rcvd_pkts", func(c *qp.Counters) *uint64 { return &c.RcvdPkts }},
+	{"duplicate_request", func(c *qp.Counters) *uint64 { return &c.DuplicateRequest }},
+	{"out_of_sequence", func(c *qp.Counters) *uint64 { return &c.OutOfSequence }},
+	{"rcvd_rnr_err", func(c *qp.Counters) *uint64 { return &c.RcvdRNRErr }},
+	{"send_rnr_err", func(c *qp.Counters) *uint64 { return &c.SendRNRErr }},
+	{"rcvd_seq_err", func(c *qp.Counters) *uint64 { return &c.RcvdSeqErr }},
+	{"packet_seq_err", func(c *qp.Counters) *uint64 { return &c.PacketSeqErr }},
+	{"local_ack_timeout_err", func(c *qp.Counters) *uint64 { return &c.LocalAckTimeoutErr }},
+	{"retry_exceeded_err", func(c *qp.Counters) *uint64 { return &c.RetryExceededErr }},
+	{"rnr_nak_retry_err", func(c *qp.Counters) *uint64 { return &c.RNRNakRetryErr }},
+	{"completer_retry_err", func(c *qp.Counters) *uint64 { return &c.CompleterRetryErr }},
+	{"implied_nak_seq_err", func(c *qp.Counters) *uint64 { return &c.ImpliedNakSeqErr }},
+	{"req_remote_access_errors", func(c *qp.Counters) *uint64 { return &c.ReqRemoteAccessErrs }},
+	{"req_remote_invalid_request", func(c *qp.Counters) *uint64 { return &c.ReqRemoteInvalidReq }},
+	{"resp_remote_access_errors", func(c *qp.Counters) *uint64 { return &c.RespRemoteAccessErr }},
+	{"resp_local_length_error", func(c *qp.Counters) *uint64 { return &c.RespLocalLengthErr }},
+	{"resp_cqe_error", func(c *qp.Counters) *uint64 { return &c.RespCQEError }},
+	{"retransmitted_pkts", func(c *qp.Counters) *uint64 { return &c.RetransmittedPkts }},
+	{"qkey_violation", func(c *qp.Counters) *uint64 { return &c.QKeyViolation }},
+	{"cnp_rcvd", func(c *qp.Counters) *uint64 { return &c.CNPRcvd }},
+	{"dropped_pkts", func(c *qp.Counters) *uint64 { return &c.DroppedPkts }},
+}
+
+// EachQPCounter calls f with the name and value of every QP counter
+// (QP.Counters), named as rdma_rxe and mlx5 name them.
+func EachQPCounter(c *qp.Counters, f func(name string, v uint64)) {
+	for _, fl := range qpCounterFields {
+		f(fl.name, *fl.get(c))
+	}
+}
+
+func addCounters(dst, src *qp.Counters) {
+	for _, fl := range qpCounterFields {
+		*fl.get(dst) += *fl.get(src)
+	}
+}

@@ -1,0 +1,171 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// CQ is a completion queue (ibv_cq). Engines add completions; any number
+// of goroutines may Poll or Wait.
+//
+// A CQ holds at most its capacity of completions. A completion arriving
+// at a full CQ is lost: the CQ is then overrun, as an RNIC reports with
+// IBV_EVENT_CQ_ERR. Err returns ErrCQOverrun from then on, Wait returns
+// it, and Overruns and the device's cq_overrun counter count the lost
+// completions. Size CQs for all the work that can be outstanding.
+type CQ struct {
+	dev  *Device
+	refs atomic.Int64 // QPs using the CQ
+
+	mu       sync.Mutex
+	ring     []WC
+	head, n  int
+	overruns uint64
+	waiters  int
+	dead     bool
+	notify   chan struct{}
+}
+
+// CreateCQ creates a completion queue with room for n completions
+// (ibv_create_cq).
+func (d *Device) CreateCQ(n int) (*CQ, error) {
+	if d.closed.Load() {
+		return nil, fmt.Errorf("create cq: %w", ErrClosed)
+	}
+	if n < 1 || n > d.attr.MaxCQE {
+		return nil, fmt.Errorf("create cq: %d entries, want 1 to %d: %w", n, d.attr.MaxCQE, ErrInvalidArg)
+	}
+	return &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}, nil
+}
+
+// Cap returns the CQ's capacity.
+func (c *CQ) Cap() int { return len(c.ring) }
+
+// Len returns the number of completions waiting to be polled.
+func (c *CQ) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Poll moves up to len(wcs) completions into wcs, oldest first, and
+// returns their number (ibv_poll_cq). It never blocks.
+func (c *CQ) Poll(wcs []WC) int {
+	c.mu.Lock()
+	k := min(len(wcs), c.n)
+	for i := 0; i < k; i++ {
+		wcs[i] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+	}
+	c.n -= k
+	c.mu.Unlock()
+	return k
+}
+
+// Wait blocks until the CQ holds a completion, the CQ is overrun or
+// destroyed, or ctx is done. It returns nil when completions are ready,
+// ErrCQOverrun (wrapped) once the CQ has overrun, ErrDestroyed, or the
+// context's error.
+func (c *CQ) Wait(ctx context.Context) error {
+	c.mu.Lock()
+	for {
+		switch {
+		case c.overruns != 0:
+			c.mu.Unlock()
+			return fmt.Errorf("wait cq: %d completions lost: %w", c.overruns, ErrCQOverrun)
+		case c.n > 0:
+			// Pass the wake-up on to the next waiter.
+			if c.waiters > 0 {
+				c.signal()
+			}
+			c.mu.Unlock()
+			return nil
+		case c.dead:
+			c.mu.Unlock()
+			return fmt.Errorf("wait cq: %w", ErrDestroyed)
+		}
+		c.waiters++
+		c.mu.Unlock()
+		var err error
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		c.mu.Lock()
+		c.waiters--
+		if err != nil {
+			if c.waiters > 0 && c.n > 0 {
+				c.signal()
+			}
+			c.mu.Unlock()
+			return fmt.Errorf("wait cq: %w", err)
+		}
+	}
+}
+
+func (c *CQ) signal() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Err returns ErrCQOverrun (wrapped) once the CQ has lost a completion.
+func (c *CQ) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.overruns != 0 {
+		return fmt.Errorf("cq: %d completions lost: %w", c.overruns, ErrCQOverrun)
+	}
+	return nil
+}
+
+// Overruns returns the number of completions lost to a full CQ.
+func (c *CQ) Overruns() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overruns
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while
+// QPs use it. Blocked Waits return ErrDestroyed.
+func (c *CQ) Destroy() error {
+	if c.refs.Load() != 0 {
+		return fmt.Errorf("destroy cq: %w", ErrBusy)
+	}
+	c.mu.Lock()
+	c.dead = true
+	if c.waiters > 0 {
+		c.signal()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// push adds a completion; it is called by engines with the QP locked.
+func (c *CQ) push(wc *WC) {
+	c.mu.Lock()
+	if c.n == len(c.ring) {
+		c.overruns++
+		c.mu.Unlock()
+		c.dev.cqOverrun.Add(1)
+		c.signal()
+		return
+	}
+	i := c.head + c.n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = *wc
+	c.n++
+	if c.waiters > 0 {
+		c.signal()
+	}
+	c.mu.Unlock()
+}

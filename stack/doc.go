@@ -1,0 +1,59 @@
+// Package stack is uroce's verbs API and its engine: devices, protection
+// domains, memory regions, completion queues, shared receive queues,
+// address handles and queue pairs with the semantics of ibverbs, bound to
+// link queues that move Ethernet frames (an in-memory pipe, or AF_XDP).
+//
+//	dev, _ := stack.Open(ctx, stack.Config{Link: pipeEnd, MAC: mac, Addrs: addrs, Neighbors: nb})
+//	pd, _ := dev.AllocPD()
+//	mr, _ := pd.RegisterMR(buf, stack.AccessLocalWrite|stack.AccessRemoteWrite)
+//	cq, _ := dev.CreateCQ(256)
+//	q, _ := pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 128, MaxRecvWR: 128})
+//	q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite})
+//	q.ToRTR(stack.RTRAttr{DestQPN: peerQPN, AH: stack.AHAttr{DGID: peerGID, SGIDIndex: 1}, RQPSN: peerPSN})
+//	q.ToRTS(stack.RTSAttr{SQPSN: myPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1})
+//	q.PostSend(&stack.SendWR{ID: 1, Op: stack.OpWrite, Flags: stack.SendSignaled,
+//		SG: []stack.SGE{mr.SGE(0, 4096)}, Remote: stack.RemoteAddr{Addr: va, RKey: rkey}})
+//	n := cq.Poll(wcs) // or cq.Wait(ctx)
+//
+// # Goroutines and ownership
+//
+// A device runs one engine per link queue. An engine is one goroutine
+// (or, with Config.Manual, the caller of Device.Step) that runs to
+// completion over a batch: it receives frames from its link, parses
+// them, checks the ICRC and that they are addressed to the device,
+// finds the destination QP by QPN and hands the packet to it, fires the
+// QPs' due timers (a heap, no allocation), lets QPs with work send, and
+// transmits the batch. When idle it sleeps in Link.Poll until a frame,
+// a verbs call, or the next timer. Every QP belongs to one engine.
+//
+// The transport state of a QP (package qp, which has no locks) is only
+// ever touched with the QP's mutex held: by its engine while it works on
+// the QP, and by verbs calls (PostSend, PostRecv, Modify, Query) from
+// application goroutines. Verbs calls never transmit: they queue work
+// and kick the engine, which sends on its own goroutine. Packets a QP
+// wants to emit during a verbs call (none in practice) are kept by the
+// QP until the engine pumps it. Lock order: QP, then its SRQ, then a CQ;
+// an engine holds at most one QP lock at a time.
+//
+// CQs, SRQs, MRs and the QP table have their own synchronisation, so all
+// verbs are safe for concurrent use from many goroutines. Completions
+// are delivered by engines into CQs; Poll never blocks and Wait blocks
+// until a completion arrives or the context ends.
+//
+// Deregister and Destroy wait for the batch each engine is processing,
+// so that afterwards no engine touches the memory or the QP.
+//
+// # Links
+//
+// Link is the batch frame I/O interface. NewPipe joins two devices in
+// memory; WithFaults wraps any link with seeded loss, duplication,
+// reordering, corruption and delay. An AF_XDP queue implements the same
+// interface (Config.Interface).
+//
+// # Time
+//
+// The transport's timers run on Config.Clock. With a FakeClock and
+// Config.Manual, a simulation steps devices and moves the clock to
+// Device.NextDeadline when nothing else happens: runs are deterministic
+// and replay from their seed.
+package stack

@@ -1,0 +1,563 @@
+package stack
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// engine runs one link queue and the QPs assigned to it. Everything but
+// the kick list and the sleeping flag belongs to the goroutine running
+// step (the engine goroutine, or the caller of Device.Step).
+type engine struct {
+	dev   *Device
+	id    int
+	link  Link
+	clock Clock
+
+	// batchMu is held while a batch is processed; Deregister and
+	// Destroy take it to wait for the batch in progress.
+	batchMu sync.Mutex
+
+	kickMu      sync.Mutex
+	kicked      []*QP // QPs with news from verbs calls
+	kickPending atomic.Bool
+	sleeping    atomic.Bool // in Link.Poll
+	in          inbox       // frames other engines received for our QPs
+
+	stop atomic.Bool
+	done chan struct{}
+
+	// Owned by the engine goroutine.
+	rx       [][]byte
+	pkt      bth.Packet
+	tx       [][]byte // frames ready to transmit: tx[i] is txBufs[i][:len]
+	txBufs   [][]byte
+	txN      int
+	txFull   bool // the link refused frames: wait for Poll
+	frameMax int
+	cur      *QP   // the QP whose lock is held
+	spare    []*QP // swapped with kicked
+	active   []*QP // QPs that have packets to send
+	timers   timerHeap
+	due      []*QP
+	c        engineCounters
+	pub      engineCountersAtomic
+}
+
+// engineCounters are the device counters one engine keeps.
+type engineCounters struct {
+	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported uint64
+	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       uint64
+	rcvSteered, rcvSteerDrop                                                 uint64
+}
+
+type engineCountersAtomic struct {
+	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported atomic.Uint64
+	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       atomic.Uint64
+	rcvSteered, rcvSteerDrop                                                 atomic.Uint64
+}
+
+func (p *engineCountersAtomic) publish(c *engineCounters) {
+	p.rcvdPkts.Store(c.rcvdPkts)
+	p.sentPkts.Store(c.sentPkts)
+	p.rcvICRCErr.Store(c.rcvICRCErr)
+	p.rcvMalformed.Store(c.rcvMalformed)
+	p.rcvNotRoCE.Store(c.rcvNotRoCE)
+	p.rcvUnsupported.Store(c.rcvUnsupported)
+	p.rcvNotOurs.Store(c.rcvNotOurs)
+	p.rcvUnknownQPN.Store(c.rcvUnknownQPN)
+	p.rcvAddrErr.Store(c.rcvAddrErr)
+	p.txEncodeErr.Store(c.txEncodeErr)
+	p.rcvSteered.Store(c.rcvSteered)
+	p.rcvSteerDrop.Store(c.rcvSteerDrop)
+}
+
+// wireTransport maps QP types to the transport of their opcodes.
+var wireTransport = [...]bth.Transport{RC: bth.TransportRC, UC: bth.TransportUC, UD: bth.TransportUD}
+
+func newEngine(d *Device, id int, l Link) *engine {
+	e := &engine{dev: d, id: id, link: l, clock: d.clock, done: make(chan struct{})}
+	n := d.cfg.Batch
+	e.frameMax = maxFrameLen(d.cfg.MTU)
+	e.rx = make([][]byte, n)
+	e.tx = make([][]byte, n)
+	e.txBufs = make([][]byte, n)
+	for i := range e.txBufs {
+		e.txBufs[i] = make([]byte, e.frameMax)
+	}
+	return e
+}
+
+// run is the engine goroutine: steps while there is work, then sleeps in
+// Link.Poll until a frame, a wake-up from a verbs call, or the next timer.
+func (e *engine) run() {
+	defer close(e.done)
+	idle := 0
+	for !e.stop.Load() {
+		e.batchMu.Lock()
+		work := e.step()
+		e.batchMu.Unlock()
+		if work {
+			idle = 0
+			continue
+		}
+		if e.dev.cfg.BusyPoll {
+			runtime.Gosched()
+			continue
+		}
+		// A few yields before sleeping catch the next frame or post
+		// without the cost of parking and waking.
+		if idle < 4 {
+			idle++
+			runtime.Gosched()
+			continue
+		}
+		idle = 0
+		e.sleeping.Store(true)
+		if e.kickPending.Load() || e.in.pending.Load() || e.stop.Load() {
+			e.sleeping.Store(false)
+			continue
+		}
+		e.link.Poll(e.timeout())
+		e.sleeping.Store(false)
+	}
+}
+
+// shutdown stops the engine goroutine and waits for it.
+func (e *engine) shutdown(running bool) {
+	e.stop.Store(true)
+	if running {
+		e.link.Wake()
+		<-e.done
+	}
+}
+
+// timeout returns how long the engine may sleep.
+func (e *engine) timeout() time.Duration {
+	t, ok := e.nextDeadline()
+	if len(e.active) > 0 && !e.txFull {
+		return time.Millisecond // a QP said it was busy but sent nothing
+	}
+	if !ok {
+		return -1
+	}
+	d := t - e.clock.Now()
+	if d < 0 {
+		d = 0
+	}
+	return d
+}
+
+func (e *engine) nextDeadline() (Time, bool) {
+	var t Time
+	ok := false
+	if e.timers.len() > 0 {
+		t, ok = e.timers.min().deadline, true
+	}
+	if d, k := dueOf(e.link); k && (!ok || d < t) {
+		t, ok = d, true
+	}
+	return t, ok
+}
+
+// step runs one batch and reports whether anything happened.
+func (e *engine) step() bool {
+	now := e.clock.Now()
+	work := false
+	sent0 := e.c.sentPkts
+
+	if e.kickPending.Load() {
+		e.kickMu.Lock()
+		list := e.kicked
+		e.kicked = e.spare[:0]
+		e.kickPending.Store(false)
+		for _, q := range list {
+			q.kicked = false
+		}
+		e.kickMu.Unlock()
+		for _, q := range list {
+			e.acquire(q)
+			e.releaseCur()
+		}
+		clear(list)
+		e.spare = list[:0]
+		work = true
+	}
+
+	if e.in.pending.Load() {
+		work = true
+		frames := e.in.take()
+		for _, f := range frames {
+			e.input(f, now)
+		}
+		e.releaseCur()
+		e.in.recycle(frames)
+	}
+
+	if n := e.link.Receive(e.rx); n > 0 {
+		work = true
+		for _, f := range e.rx[:n] {
+			e.input(f, now)
+		}
+		e.releaseCur()
+		clear(e.rx[:n])
+		e.link.Release()
+	}
+
+	// Timers: collect first, so a QP that re-arms at once waits for the
+	// next step.
+	for e.timers.len() > 0 && e.timers.min().deadline <= now {
+		q := e.timers.pop()
+		e.due = append(e.due, q)
+	}
+	if len(e.due) > 0 {
+		work = true
+		for _, q := range e.due {
+			e.acquire(q)
+			if !q.destroyed {
+				q.q.Tick(now)
+			}
+			e.releaseCur()
+		}
+		clear(e.due)
+		e.due = e.due[:0]
+	}
+
+	if e.txFull && e.txN > 0 {
+		e.flush()
+	}
+	if !e.txFull && len(e.active) > 0 {
+		k := 0
+		for i, q := range e.active {
+			if e.txFull {
+				// Out of buffers: the rest stay for the next step.
+				k += copy(e.active[k:], e.active[i:])
+				break
+			}
+			e.acquire(q)
+			if !q.destroyed {
+				q.q.Pump(now)
+			}
+			e.releaseCur()
+			if q.busy {
+				e.active[k] = q
+				k++
+			} else {
+				q.active = false
+			}
+		}
+		clear(e.active[k:])
+		e.active = e.active[:k]
+	}
+	if e.txN > 0 {
+		e.flush()
+	}
+	if e.c.sentPkts != sent0 {
+		work = true
+	}
+	e.pub.publish(&e.c)
+	return work
+}
+
+// acquire locks q for the engine.
+func (e *engine) acquire(q *QP) {
+	q.lock()
+	q.inEngine = true
+	e.cur = q
+}
+
+// releaseCur updates the engine's view of the current QP (timer, send
+// list) and unlocks it.
+func (e *engine) releaseCur() {
+	q := e.cur
+	if q == nil {
+		return
+	}
+	e.cur = nil
+	q.inEngine = false
+	var d Time
+	armed, busy := false, false
+	if !q.destroyed {
+		d, armed = q.q.Deadline()
+		busy = q.q.Busy()
+	}
+	q.unlock()
+	switch {
+	case armed && q.heapIdx < 0:
+		q.deadline = d
+		e.timers.push(q)
+	case armed && d != q.deadline:
+		q.deadline = d
+		e.timers.fix(q.heapIdx)
+	case !armed && q.heapIdx >= 0:
+		e.timers.remove(q.heapIdx)
+	}
+	q.busy = busy
+	if busy && !q.active {
+		q.active = true
+		e.active = append(e.active, q)
+	}
+}
+
+// input handles one received frame.
+func (e *engine) input(f []byte, now Time) {
+	p := &e.pkt
+	if err := bth.Parse(f, p); err != nil {
+		switch {
+		case err == bth.ErrNotRoCE:
+			e.c.rcvNotRoCE++
+		case p.Info != nil && p.End <= len(f) && p.End >= p.BTHOff+bth.BTHLen+bth.ICRCLen && !p.ICRCOK():
+			e.c.rcvICRCErr++
+		default:
+			e.c.rcvMalformed++
+		}
+		return
+	}
+	if !p.ICRCOK() {
+		e.c.rcvICRCErr++
+		return
+	}
+	if p.Version != 2 {
+		e.c.rcvUnsupported++
+		return
+	}
+	d := e.dev
+	if [6]byte(f[0:6]) != d.mac || !d.ours(p) {
+		e.c.rcvNotOurs++
+		return
+	}
+	tr := p.Opcode().Transport()
+	if tr != bth.TransportRC && tr != bth.TransportUC && tr != bth.TransportUD && tr != bth.TransportCNP {
+		e.c.rcvUnsupported++
+		return
+	}
+	q := d.qps.lookup(p.BTH().DestQP())
+	if q == nil {
+		e.c.rcvUnknownQPN++
+		return
+	}
+	if tr != bth.TransportCNP && tr != wireTransport[q.init.Type] {
+		e.c.rcvUnsupported++
+		return
+	}
+	if q.eng != e {
+		// The NIC steered the frame to another queue than the QP's:
+		// hand a copy to the QP's engine.
+		e.c.rcvSteered++
+		if !q.eng.in.put(f) {
+			e.c.rcvSteerDrop++
+			return
+		}
+		if q.eng.sleeping.Load() {
+			q.eng.link.Wake()
+		}
+		return
+	}
+	if e.cur != q {
+		e.releaseCur()
+		e.acquire(q)
+	}
+	if q.destroyed {
+		return
+	}
+	if q.init.Type != UD && q.peer.IsValid() && tr != bth.TransportCNP {
+		// rdma_rxe's check_addr: a connected QP takes packets from its
+		// peer to its own address only.
+		if p.SrcIP() != q.peer || p.DstIP() != q.local {
+			e.c.rcvAddrErr++
+			return
+		}
+	}
+	e.c.rcvdPkts++
+	q.q.Receive(now, p)
+}
+
+// ours reports whether the packet's destination IP is one of ours.
+func (d *Device) ours(p *bth.Packet) bool {
+	f := p.Frame
+	if p.IPv6 {
+		dst := [16]byte(f[p.L3+24 : p.L3+40])
+		for _, a := range d.v6 {
+			if a == dst {
+				return true
+			}
+		}
+		return false
+	}
+	dst := [4]byte(f[p.L3+16 : p.L3+20])
+	for _, a := range d.v4 {
+		if a == dst {
+			return true
+		}
+	}
+	return false
+}
+
+// send encodes one packet into the transmit batch (qp.Output of the
+// engine's QPs).
+func (e *engine) send(h *bth.Headers, payload []byte) bool {
+	if e.txN == len(e.txBufs) && !e.flush() {
+		return false
+	}
+	buf := e.txBufs[e.txN]
+	n, err := bth.Encode(buf, h, payload)
+	if err != nil {
+		e.c.txEncodeErr++
+		return true // a packet that cannot be built is dropped, not retried
+	}
+	e.tx[e.txN] = buf[:n]
+	e.txN++
+	return true
+}
+
+// flush transmits the batch and reports whether the link took all of it.
+func (e *engine) flush() bool {
+	sent := e.link.Transmit(e.tx[:e.txN])
+	e.c.sentPkts += uint64(sent)
+	rem := e.txN - sent
+	if rem == 0 {
+		e.txN = 0
+		e.txFull = false
+		return true
+	}
+	// Move the unsent frames, buffers and all, to the front.
+	for i := 0; i < rem; i++ {
+		e.tx[i], e.tx[sent+i] = e.tx[sent+i], e.tx[i]
+		e.txBufs[i], e.txBufs[sent+i] = e.txBufs[sent+i], e.txBufs[i]
+	}
+	e.txN = rem
+	e.txFull = true
+	return false
+}
+
+// timerHeap is a min-heap of QPs by deadline; each QP knows its index.
+type timerHeap struct{ h []*QP }
+
+func (t *timerHeap) len() int { return len(t.h) }
+func (t *timerHeap) min() *QP { return t.h[0] }
+
+func (t *timerHeap) push(q *QP) {
+	q.heapIdx = len(t.h)
+	t.h = append(t.h, q)
+	t.up(q.heapIdx)
+}
+
+func (t *timerHeap) pop() *QP {
+	q := t.h[0]
+	t.remove(0)
+	return q
+}
+
+func (t *timerHeap) remove(i int) {
+	q := t.h[i]
+	last := len(t.h) - 1
+	if i != last {
+		t.swap(i, last)
+	}
+	t.h[last] = nil
+	t.h = t.h[:last]
+	if i != last {
+		t.fix(i)
+	}
+	q.heapIdx = -1
+}
+
+func (t *timerHeap) fix(i int) {
+	if !t.down(i) {
+		t.up(i)
+	}
+}
+
+func (t *timerHeap) swap(i, j int) {
+	t.h[i], t.h[j] = t.h[j], t.h[i]
+	t.h[i].heapIdx = i
+	t.h[j].heapIdx = j
+}
+
+func (t *timerHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if t.h[p].deadline <= t.h[i].deadline {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+func (t *timerHeap) down(i int) bool {
+	start := i
+	n := len(t.h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && t.h[r].deadline < t.h[l].deadline {
+			m = r
+		}
+		if t.h[i].deadline <= t.h[m].deadline {
+			break
+		}
+		t.swap(i, m)
+		i = m
+	}
+	return i > start
+}
+
+// inbox passes frames between the engines of one device, for multi-queue
+// links whose NIC steers a QP's packets to another queue than its own.
+type inbox struct {
+	mu      sync.Mutex
+	frames  [][]byte
+	spare   [][]byte
+	free    [][]byte
+	n       int // buffers allocated
+	pending atomic.Bool
+}
+
+// maxInbox bounds the frames waiting in one inbox.
+const maxInbox = 4096
+
+// put copies f into the inbox; false means the inbox is full.
+func (b *inbox) put(f []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var buf []byte
+	switch {
+	case len(b.free) > 0:
+		buf = b.free[len(b.free)-1]
+		b.free = b.free[:len(b.free)-1]
+	case b.n < maxInbox:
+		b.n++
+	default:
+		return false
+	}
+	b.frames = append(b.frames, append(buf[:0], f...))
+	b.pending.Store(true)
+	return true
+}
+
+// take returns the waiting frames; recycle must follow.
+func (b *inbox) take() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.frames
+	b.frames = b.spare[:0]
+	b.spare = nil
+	b.pending.Store(false)
+	return f
+}
+
+func (b *inbox) recycle(frames [][]byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.free = append(b.free, frames...)
+	clear(frames)
+	b.spare = frames[:0]
+}

@@ -1,0 +1,274 @@
+package stack
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/uroce/uroce/qp"
+)
+
+// Access is a set of memory access rights (ibv_access_flags).
+type Access = qp.Access
+
+// Access rights.
+const (
+	AccessLocalWrite   = qp.AccessLocalWrite
+	AccessRemoteWrite  = qp.AccessRemoteWrite
+	AccessRemoteRead   = qp.AccessRemoteRead
+	AccessRemoteAtomic = qp.AccessRemoteAtomic
+
+	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	accessAll    = AccessLocalWrite | accessRemote
+)
+
+// PD is a protection domain (ibv_pd): memory regions, address handles,
+// SRQs and QPs of one PD work together; a key of another PD is refused.
+type PD struct {
+	dev    *Device
+	handle uint32
+	mem    pdMemory
+	refs   atomic.Int64 // MRs, QPs, SRQs and AHs using the PD
+	dead   atomic.Bool
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	if d.closed.Load() {
+		return nil, fmt.Errorf("alloc pd: %w", ErrClosed)
+	}
+	pd := &PD{dev: d, handle: d.nextPD.Add(1)}
+	pd.mem.pd = pd
+	return pd, nil
+}
+
+// Handle returns the PD's number, unique on its device.
+func (pd *PD) Handle() uint32 { return pd.handle }
+
+// Device returns the device of the PD.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// Dealloc frees the PD (ibv_dealloc_pd). It fails with ErrBusy while
+// objects created from it exist.
+func (pd *PD) Dealloc() error {
+	if pd.refs.Load() != 0 {
+		return fmt.Errorf("dealloc pd: %w", ErrBusy)
+	}
+	pd.dead.Store(true)
+	return nil
+}
+
+func (pd *PD) use(op string) error {
+	if pd.dead.Load() {
+		return fmt.Errorf("%s: %w", op, ErrDestroyed)
+	}
+	if pd.dev.closed.Load() {
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	return nil
+}
+
+// MR is a registered memory region (ibv_mr). Its virtual address is the
+// address of its buffer, as ibverbs uses pointers: a peer addresses it by
+// Addr()+offset and RKey(). The buffer must not be resized or replaced
+// while registered; the stack reads and writes it from its engine
+// goroutines while operations are in flight, so the application
+// synchronises with the peer through completions, as with any RNIC.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	va     uint64
+	lkey   uint32
+	rkey   uint32
+	access Access
+	valid  atomic.Bool
+}
+
+// RegisterMR registers buf (ibv_reg_mr) with the given rights. Remote
+// write or atomic rights need AccessLocalWrite, as in ibverbs. The keys
+// are drawn from a cryptographic generator: a 24-bit index and an 8-bit
+// key, so a peer cannot guess another region's R_Key.
+func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
+	if err := pd.use("register mr"); err != nil {
+		return nil, err
+	}
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("register mr: empty buffer: %w", ErrInvalidArg)
+	}
+	if access&^accessAll != 0 {
+		return nil, fmt.Errorf("register mr: unknown access flags %#x: %w", uint32(access&^accessAll), ErrInvalidArg)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("register mr: remote write or atomic access needs local write: %w", ErrInvalidArg)
+	}
+	mr := &MR{pd: pd, buf: buf, va: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access: access}
+	if err := pd.dev.mrs.insert(mr); err != nil {
+		return nil, fmt.Errorf("register mr: %w", err)
+	}
+	mr.valid.Store(true)
+	pd.refs.Add(1)
+	return mr, nil
+}
+
+// LKey returns the local key.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey returns the remote key, or 0 when the region grants no remote
+// right (as rdma_rxe does).
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Addr returns the region's virtual address: the address of its first
+// byte.
+func (mr *MR) Addr() uint64 { return mr.va }
+
+// Len returns the region's length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Bytes returns the registered buffer.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// Access returns the region's rights.
+func (mr *MR) Access() Access { return mr.access }
+
+// PD returns the region's protection domain.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// Valid reports whether the region may be accessed: it is registered and
+// was not invalidated by a SEND_WITH_INV naming its R_Key.
+func (mr *MR) Valid() bool { return mr.valid.Load() }
+
+// SGE returns the scatter/gather element for length bytes at offset off
+// of the region. It does not check bounds: the QP does, when it uses it.
+func (mr *MR) SGE(off uint64, length uint32) SGE {
+	return SGE{Addr: mr.va + off, Length: length, LKey: mr.lkey}
+}
+
+// Deregister removes the region (ibv_dereg_mr). When it returns, no
+// engine touches the buffer any more: requests naming the keys fail
+// with access errors.
+func (mr *MR) Deregister() error {
+	d := mr.pd.dev
+	if !d.mrs.remove(mr) {
+		return fmt.Errorf("deregister mr: %w", ErrDestroyed)
+	}
+	mr.valid.Store(false)
+	mr.pd.refs.Add(-1)
+	d.quiesce()
+	return nil
+}
+
+// slice returns the bytes [va, va+n) of the region, or false when out of
+// bounds.
+func (mr *MR) slice(va uint64, n uint32) ([]byte, bool) {
+	off := va - mr.va
+	if va < mr.va || off > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-off {
+		return nil, false
+	}
+	return mr.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// mrTable maps key indices to regions. Lookups come from engines (per
+// packet) and from posting goroutines (inline data); registration is
+// rare.
+type mrTable struct {
+	mu  sync.RWMutex
+	m   map[uint32]*MR // by 24-bit index
+	max int
+}
+
+func (t *mrTable) insert(mr *MR) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[uint32]*MR)
+	}
+	if len(t.m) >= t.max {
+		return fmt.Errorf("%d regions: %w", t.max, ErrNoResources)
+	}
+	var b [4]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		key := binary.LittleEndian.Uint32(b[:])
+		idx := key >> 8
+		if idx == 0 || t.m[idx] != nil {
+			continue
+		}
+		t.m[idx] = mr
+		mr.lkey = key
+		if mr.access&accessRemote != 0 {
+			mr.rkey = key
+		}
+		return nil
+	}
+}
+
+func (t *mrTable) remove(mr *MR) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[mr.lkey>>8] != mr {
+		return false
+	}
+	delete(t.m, mr.lkey>>8)
+	return true
+}
+
+func (t *mrTable) lookup(key uint32) *MR {
+	t.mu.RLock()
+	mr := t.m[key>>8]
+	t.mu.RUnlock()
+	return mr
+}
+
+func (t *mrTable) len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.m)
+}
+
+// pdMemory is a PD's view of the region table: qp.Memory for its QPs.
+type pdMemory struct{ pd *PD }
+
+var emptyBytes = []byte{}
+
+// Local implements qp.Memory.
+func (m *pdMemory) Local(lkey uint32, addr uint64, length uint32, need Access) ([]byte, bool) {
+	mr := m.pd.dev.mrs.lookup(lkey)
+	if mr == nil || mr.lkey != lkey || mr.pd != m.pd || !mr.valid.Load() {
+		return nil, false
+	}
+	if need&AccessLocalWrite != 0 && mr.access&AccessLocalWrite == 0 {
+		return nil, false
+	}
+	return mr.slice(addr, length)
+}
+
+// Remote implements qp.Memory. A zero-length access is not checked
+// (IBTA 9.4.4: the R_Key of a zero-length RDMA operation is ignored).
+func (m *pdMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([]byte, bool) {
+	if length == 0 {
+		return emptyBytes, true
+	}
+	mr := m.pd.dev.mrs.lookup(rkey)
+	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd || !mr.valid.Load() {
+		return nil, false
+	}
+	if need&accessRemote&^mr.access != 0 {
+		return nil, false
+	}
+	return mr.slice(va, length)
+}
+
+// Invalidate implements qp.Memory: it invalidates the region of this PD
+// whose R_Key is rkey.
+func (m *pdMemory) Invalidate(rkey uint32) bool {
+	mr := m.pd.dev.mrs.lookup(rkey)
+	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd {
+		return false
+	}
+	return mr.valid.CompareAndSwap(true, false)
+}

@@ -1,0 +1,591 @@
+package stack
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/qp"
+)
+
+// Work request and completion types of the transport, used as they are.
+type (
+	// SGE is a scatter/gather element: Length bytes at virtual address
+	// Addr of the region whose local key is LKey (MR.SGE builds one).
+	SGE = qp.SGE
+	// RecvWR is a receive work request (ibv_recv_wr).
+	RecvWR = qp.RecvWR
+	// WC is a work completion (ibv_wc).
+	WC = qp.WC
+	// QPType is a QP's transport service.
+	QPType = qp.Type
+	// QPState is a QP state.
+	QPState = qp.State
+	// MTU is a path MTU enum (1 = 256 … 5 = 4096).
+	MTU = qp.MTU
+	// AttrMask selects the attributes Modify sets.
+	AttrMask = qp.AttrMask
+	// Opcode is a send work request's operation.
+	Opcode = qp.WROpcode
+	// SendFlags are ibv_send_flags.
+	SendFlags = qp.SendFlags
+	// PSN is a 24-bit packet sequence number.
+	PSN = bth.PSN
+)
+
+// QP types, states, MTUs, operations, flags and statuses re-exported from
+// package qp.
+const (
+	RC = qp.RC
+	UC = qp.UC
+	UD = qp.UD
+
+	StateReset = qp.StateReset
+	StateInit  = qp.StateInit
+	StateRTR   = qp.StateRTR
+	StateRTS   = qp.StateRTS
+	StateSQD   = qp.StateSQD
+	StateSQE   = qp.StateSQE
+	StateErr   = qp.StateErr
+
+	MTU256  = qp.MTU256
+	MTU512  = qp.MTU512
+	MTU1024 = qp.MTU1024
+	MTU2048 = qp.MTU2048
+	MTU4096 = qp.MTU4096
+
+	OpSend         = qp.WRSend
+	OpSendWithImm  = qp.WRSendWithImm
+	OpSendWithInv  = qp.WRSendWithInv
+	OpWrite        = qp.WRWrite
+	OpWriteWithImm = qp.WRWriteWithImm
+	OpRead         = qp.WRRead
+	OpCompareSwap  = qp.WRCompareSwap
+	OpFetchAdd     = qp.WRFetchAdd
+
+	SendFence     = qp.SendFence
+	SendSignaled  = qp.SendSignaled
+	SendSolicited = qp.SendSolicited
+	SendInline    = qp.SendInline
+)
+
+// RemoteAddr names remote memory: a virtual address and an R_Key.
+type RemoteAddr struct {
+	Addr uint64
+	RKey uint32
+}
+
+// SendWR is a send work request (ibv_send_wr). PostSend copies it: the
+// caller may reuse it, and its SG slice, when PostSend returns.
+type SendWR struct {
+	ID      uint64
+	Op      Opcode
+	Flags   SendFlags
+	SG      []SGE
+	Imm     uint32 // immediate data (host order), *_WITH_IMM
+	InvRKey uint32 // R_Key to invalidate, SEND_WITH_INV
+	// Remote is the target of WRITE, READ and atomics; atomics need an
+	// 8-byte aligned address and one 8-byte SGE for the result.
+	Remote     RemoteAddr
+	CompareAdd uint64 // compare (CMP_SWAP) or addend (FETCH_ADD)
+	Swap       uint64 // CMP_SWAP
+	// UD only.
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// QPInit are a QP's creation attributes (ibv_qp_init_attr).
+type QPInit struct {
+	Type       QPType
+	SendCQ     *CQ
+	RecvCQ     *CQ
+	SRQ        *SRQ // shared receive queue, or nil
+	MaxSendWR  int
+	MaxRecvWR  int // ignored with an SRQ
+	MaxSendSGE int // default 1
+	MaxRecvSGE int // default 1
+	MaxInline  int
+	SignalAll  bool // sq_sig_all
+	// InfiniteRetry7 makes RetryCnt 7 mean "retry forever", as rdma_rxe
+	// does; by the IBTA (and by default) 7 means seven retries.
+	InfiniteRetry7 bool
+}
+
+// QPAttr are QP attributes (ibv_qp_attr); Modify reads those the mask
+// names. AH is the address vector (AttrAV).
+type QPAttr struct {
+	State           QPState
+	CurState        QPState
+	AccessFlags     Access
+	PKeyIndex       uint16
+	Port            uint8
+	QKey            uint32
+	AH              AHAttr
+	PathMTU         MTU
+	Timeout         uint8
+	RetryCnt        uint8
+	RNRRetry        uint8
+	RQPSN           PSN
+	SQPSN           PSN
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
+	MinRNRTimer     uint8
+	DestQPN         uint32
+}
+
+// QP is a queue pair (ibv_qp). Its methods are safe for concurrent use;
+// the transport state itself is touched only under the QP's lock, by the
+// engine that owns the QP and by verbs calls.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	eng    *engine
+	qpn    uint32
+	init   QPInit
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+
+	mu        sync.Mutex // guards everything below up to the engine's fields
+	q         *qp.QP
+	ctr       qp.Counters
+	inEngine  bool // the engine is calling into q: Output may send
+	destroyed bool
+	ah        AHAttr     // last address vector set
+	peer      netip.Addr // connected peer's address, checked on receive
+	local     netip.Addr // our address on the path
+	swr       qp.SendWR  // scratch for PostSend
+	out       qpOutput
+	sink      qpSink
+
+	// Owned by the engine goroutine.
+	heapIdx  int  // index in the timer heap, -1 when not armed
+	deadline Time // armed deadline
+	active   bool // in the engine's list of QPs to pump
+	busy     bool // had packets to send when last released
+
+	kicked bool // guarded by eng.kickMu
+}
+
+// CreateQP creates a queue pair (ibv_create_qp) in the RESET state.
+func (pd *PD) CreateQP(init QPInit) (*QP, error) {
+	if err := pd.use("create qp"); err != nil {
+		return nil, err
+	}
+	d := pd.dev
+	lim := &d.attr.Limits
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("create qp: send and receive cqs are required: %w", ErrInvalidArg)
+	}
+	if init.SendCQ.dev != d || init.RecvCQ.dev != d || (init.SRQ != nil && init.SRQ.pd.dev != d) {
+		return nil, fmt.Errorf("create qp: cq or srq of another device: %w", ErrInvalidArg)
+	}
+	if init.SRQ != nil && init.SRQ.dead.Load() {
+		return nil, fmt.Errorf("create qp: srq: %w", ErrDestroyed)
+	}
+	if init.MaxSendSGE == 0 {
+		init.MaxSendSGE = 1
+	}
+	if init.MaxRecvSGE == 0 {
+		init.MaxRecvSGE = 1
+	}
+	switch {
+	case init.Type != RC && init.Type != UC && init.Type != UD:
+		return nil, fmt.Errorf("create qp: type %d: %w", init.Type, ErrInvalidArg)
+	case init.MaxSendWR < 1 || init.MaxSendWR > lim.MaxQPWR:
+		return nil, fmt.Errorf("create qp: max_send_wr %d, want 1 to %d: %w", init.MaxSendWR, lim.MaxQPWR, ErrInvalidArg)
+	case init.SRQ == nil && (init.MaxRecvWR < 1 || init.MaxRecvWR > lim.MaxQPWR):
+		return nil, fmt.Errorf("create qp: max_recv_wr %d, want 1 to %d: %w", init.MaxRecvWR, lim.MaxQPWR, ErrInvalidArg)
+	case init.MaxSendSGE < 0 || init.MaxSendSGE > lim.MaxSGE || init.MaxRecvSGE < 0 || init.MaxRecvSGE > lim.MaxSGE:
+		return nil, fmt.Errorf("create qp: sges %d/%d, max %d: %w", init.MaxSendSGE, init.MaxRecvSGE, lim.MaxSGE, ErrInvalidArg)
+	case init.MaxInline < 0 || init.MaxInline > lim.MaxInline:
+		return nil, fmt.Errorf("create qp: max_inline %d, max %d: %w", init.MaxInline, lim.MaxInline, ErrInvalidArg)
+	}
+	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1}
+	q.out.q = q
+	q.sink.q = q
+	if err := d.qps.add(q); err != nil {
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	q.eng = d.engines[int(q.qpn)%len(d.engines)]
+	caps := qp.Caps{
+		Type:           init.Type,
+		QPN:            q.qpn,
+		MaxSendWR:      init.MaxSendWR,
+		MaxRecvWR:      init.MaxRecvWR,
+		MaxSendSGE:     init.MaxSendSGE,
+		MaxRecvSGE:     init.MaxRecvSGE,
+		MaxInline:      init.MaxInline,
+		SignalAll:      init.SignalAll,
+		PKey:           0xffff,
+		InfiniteRetry7: init.InfiniteRetry7,
+		PortMTU:        d.attr.ActiveMTU,
+	}
+	if init.SRQ != nil {
+		caps.SRQ = init.SRQ.q
+		caps.MaxRecvWR = 0
+	}
+	t, err := qp.New(caps, qp.Env{Mem: &pd.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr})
+	if err != nil {
+		d.qps.remove(q)
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	q.mu.Lock()
+	q.q = t
+	q.mu.Unlock()
+	pd.refs.Add(1)
+	q.sendCQ.refs.Add(1)
+	q.recvCQ.refs.Add(1)
+	if q.srq != nil {
+		q.srq.refs.Add(1)
+	}
+	return q, nil
+}
+
+// lock takes the QP's lock and its SRQ's.
+func (q *QP) lock() {
+	q.mu.Lock()
+	if q.srq != nil {
+		q.srq.mu.Lock()
+	}
+}
+
+func (q *QP) unlock() {
+	if q.srq != nil {
+		q.srq.mu.Unlock()
+	}
+	q.mu.Unlock()
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the QP's transport service.
+func (q *QP) Type() QPType { return q.init.Type }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+// State returns the QP's current state.
+func (q *QP) State() QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return StateReset
+	}
+	return q.q.State()
+}
+
+func (q *QP) check(op string) error {
+	if q.destroyed {
+		return fmt.Errorf("%s: qp %#x: %w", op, q.qpn, ErrDestroyed)
+	}
+	if q.dev.closed.Load() {
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	return nil
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp) with the
+// verbs rules: each transition requires and allows given attributes. The
+// address vector is resolved (its MAC looked up) before anything changes.
+func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	a := qp.Attr{
+		State: attr.State, CurState: attr.CurState, AccessFlags: attr.AccessFlags,
+		PKeyIndex: attr.PKeyIndex, Port: attr.Port, QKey: attr.QKey, PathMTU: attr.PathMTU,
+		Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
+		RQPSN: attr.RQPSN, SQPSN: attr.SQPSN, MaxRdAtomic: attr.MaxRdAtomic,
+		MaxDestRdAtomic: attr.MaxDestRdAtomic, MinRNRTimer: attr.MinRNRTimer, DestQPN: attr.DestQPN,
+	}
+	var path pathInfo
+	if mask&qp.AttrAV != 0 {
+		if q.init.Type == UD {
+			return fmt.Errorf("modify qp %#x: address vector on a ud qp: %w", q.qpn, ErrInvalidAttr)
+		}
+		p, err := q.dev.resolvePath(&attr.AH)
+		if err != nil {
+			return fmt.Errorf("modify qp %#x: %w", q.qpn, err)
+		}
+		path = p
+		a.AV = p.av
+	}
+	lim := &q.dev.attr
+	if mask&qp.AttrPathMTU != 0 && (attr.PathMTU > lim.ActiveMTU || attr.PathMTU < MTU256) {
+		return fmt.Errorf("modify qp %#x: path mtu %d, port active mtu %d: %w", q.qpn, attr.PathMTU, lim.ActiveMTU, ErrInvalidAttr)
+	}
+	if mask&qp.AttrMaxQPRdAtomic != 0 && int(attr.MaxRdAtomic) > lim.MaxQPInitRdAtom {
+		return fmt.Errorf("modify qp %#x: max_rd_atomic %d, max %d: %w", q.qpn, attr.MaxRdAtomic, lim.MaxQPInitRdAtom, ErrInvalidAttr)
+	}
+	if mask&qp.AttrMaxDestRdAtomic != 0 && int(attr.MaxDestRdAtomic) > lim.MaxQPRdAtom {
+		return fmt.Errorf("modify qp %#x: max_dest_rd_atomic %d, max %d: %w", q.qpn, attr.MaxDestRdAtomic, lim.MaxQPRdAtom, ErrInvalidAttr)
+	}
+	if mask&qp.AttrPort != 0 && attr.Port != 1 {
+		return fmt.Errorf("modify qp %#x: port %d, the device has port 1: %w", q.qpn, attr.Port, ErrInvalidAttr)
+	}
+	if mask&qp.AttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
+		return fmt.Errorf("modify qp %#x: pkey index %d, the table has 1 entry: %w", q.qpn, attr.PKeyIndex, ErrInvalidAttr)
+	}
+	q.lock()
+	err := q.check("modify qp")
+	if err == nil {
+		err = q.q.Modify(q.dev.clock.Now(), &a, mask)
+		if err != nil {
+			err = fmt.Errorf("modify qp %#x: %w", q.qpn, err)
+		}
+	}
+	if err == nil && mask&qp.AttrAV != 0 {
+		q.ah = attr.AH
+		q.ah.DMAC = path.av.Path.DstMAC
+		q.peer, q.local = path.dst, path.src
+	}
+	q.unlock()
+	if err != nil {
+		return err
+	}
+	q.kick()
+	return nil
+}
+
+// InitAttr are the attributes of the RESET→INIT transition.
+type InitAttr struct {
+	PKeyIndex   uint16
+	AccessFlags Access // remote rights granted to the peer (RC/UC)
+	QKey        uint32 // UD
+}
+
+// ToInit moves the QP from RESET to INIT.
+func (q *QP) ToInit(a InitAttr) error {
+	attr := QPAttr{State: StateInit, PKeyIndex: a.PKeyIndex, Port: 1, AccessFlags: a.AccessFlags, QKey: a.QKey}
+	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
+	if q.init.Type == UD {
+		mask |= qp.AttrQKey
+	} else {
+		mask |= qp.AttrAccessFlags
+	}
+	return q.Modify(&attr, mask)
+}
+
+// RTRAttr are the attributes of the INIT→RTR transition. UD QPs use none.
+type RTRAttr struct {
+	DestQPN         uint32
+	AH              AHAttr // the peer
+	RQPSN           PSN    // first PSN expected from the peer
+	PathMTU         MTU    // 0: the port's active MTU
+	MaxDestRdAtomic uint8  // RC: READ/atomic resources as responder
+	MinRNRTimer     uint8  // RC: RNR NAK timer code sent to the peer
+}
+
+// ToRTR moves the QP from INIT to RTR.
+func (q *QP) ToRTR(a RTRAttr) error {
+	attr := QPAttr{State: StateRTR, DestQPN: a.DestQPN, AH: a.AH, RQPSN: a.RQPSN, PathMTU: a.PathMTU,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer}
+	if attr.PathMTU == 0 {
+		attr.PathMTU = q.dev.attr.ActiveMTU
+	}
+	mask := qp.AttrState
+	switch q.init.Type {
+	case RC:
+		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+	case UC:
+		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+	}
+	return q.Modify(&attr, mask)
+}
+
+// RTSAttr are the attributes of the RTR→RTS transition.
+type RTSAttr struct {
+	SQPSN       PSN
+	Timeout     uint8 // RC: local ACK timeout 4.096 µs × 2^Timeout, 0 = infinite
+	RetryCnt    uint8 // RC
+	RNRRetry    uint8 // RC, 7 = infinite
+	MaxRdAtomic uint8 // RC: outstanding READ/atomics as requester
+}
+
+// ToRTS moves the QP from RTR to RTS.
+func (q *QP) ToRTS(a RTSAttr) error {
+	attr := QPAttr{State: StateRTS, SQPSN: a.SQPSN, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
+		RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic}
+	mask := qp.AttrState | qp.AttrSQPSN
+	if q.init.Type == RC {
+		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+	}
+	return q.Modify(&attr, mask)
+}
+
+// ToErr moves the QP to ERR: outstanding work completes with flush errors.
+func (q *QP) ToErr() error { return q.Modify(&QPAttr{State: StateErr}, qp.AttrState) }
+
+// ToReset moves the QP to RESET, dropping all work without completions.
+func (q *QP) ToReset() error { return q.Modify(&QPAttr{State: StateReset}, qp.AttrState) }
+
+// Query returns the QP's attributes and creation attributes
+// (ibv_query_qp).
+func (q *QP) Query() (QPAttr, QPInit) {
+	q.mu.Lock()
+	a := q.q.Query()
+	ah := q.ah
+	q.mu.Unlock()
+	return QPAttr{
+		State: a.State, CurState: a.CurState, AccessFlags: a.AccessFlags, PKeyIndex: a.PKeyIndex,
+		Port: a.Port, QKey: a.QKey, AH: ah, PathMTU: a.PathMTU, Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN,
+		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer,
+		DestQPN: a.DestQPN,
+	}, q.init
+}
+
+// PostSend posts a send work request (ibv_post_send) and wakes the
+// engine. Errors are those of ibv_post_send: a full queue, too many
+// SGEs, a state that takes no work, a malformed request.
+func (q *QP) PostSend(wr *SendWR) error {
+	q.lock()
+	err := q.postSendLocked(wr)
+	q.unlock()
+	if err != nil {
+		return fmt.Errorf("post send: qp %#x: %w", q.qpn, err)
+	}
+	q.kick()
+	return nil
+}
+
+// PostSendBatch posts wrs in order under one lock and one wake-up, and
+// returns how many were posted; on error, wrs[n] failed and the rest
+// were not tried (ibv_post_send's bad_wr).
+func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
+	q.lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.postSendLocked(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	q.unlock()
+	if n > 0 {
+		q.kick()
+	}
+	if err != nil {
+		return n, fmt.Errorf("post send: qp %#x: wr %d: %w", q.qpn, n, err)
+	}
+	return n, nil
+}
+
+func (q *QP) postSendLocked(wr *SendWR) error {
+	if err := q.check("post send"); err != nil {
+		return err
+	}
+	s := &q.swr
+	*s = qp.SendWR{
+		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
+		RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+	}
+	if wr.AH != nil {
+		if wr.AH.pd != q.pd {
+			return fmt.Errorf("address handle of another pd: %w", ErrInvalidWR)
+		}
+		s.AH = &wr.AH.av
+	} else if q.init.Type == UD {
+		return fmt.Errorf("ud work request without address handle: %w", ErrInvalidWR)
+	}
+	err := q.q.PostSend(q.dev.clock.Now(), s)
+	s.SG, s.AH = nil, nil
+	return err
+}
+
+// PostRecv posts a receive work request (ibv_post_recv). A QP attached to
+// an SRQ takes receives from it instead.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.srq != nil {
+		return fmt.Errorf("post recv: qp %#x uses an srq: %w", q.qpn, ErrInvalidArg)
+	}
+	q.mu.Lock()
+	err := q.check("post recv")
+	if err == nil {
+		err = q.q.PostRecv(wr)
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("post recv: qp %#x: %w", q.qpn, err)
+	}
+	return nil
+}
+
+// Counters returns the QP's protocol counters.
+func (q *QP) Counters() qp.Counters {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ctr
+}
+
+// Destroy destroys the QP (ibv_destroy_qp). Outstanding work is dropped
+// without completions; move the QP to ERR and drain its CQs first to get
+// them.
+func (q *QP) Destroy() error {
+	q.lock()
+	if q.destroyed {
+		q.unlock()
+		return fmt.Errorf("destroy qp %#x: %w", q.qpn, ErrDestroyed)
+	}
+	q.destroyed = true
+	q.unlock()
+	q.dev.qps.remove(q)
+	q.dev.retiredMu.Lock()
+	q.mu.Lock()
+	addCounters(&q.dev.retired, &q.ctr)
+	q.mu.Unlock()
+	q.dev.retiredMu.Unlock()
+	q.pd.refs.Add(-1)
+	q.sendCQ.refs.Add(-1)
+	q.recvCQ.refs.Add(-1)
+	if q.srq != nil {
+		q.srq.refs.Add(-1)
+	}
+	q.kick() // the engine forgets it
+	q.dev.quiesce()
+	return nil
+}
+
+// kick queues the QP for its engine's attention and wakes the engine.
+func (q *QP) kick() {
+	e := q.eng
+	e.kickMu.Lock()
+	if !q.kicked {
+		q.kicked = true
+		e.kicked = append(e.kicked, q)
+		e.kickPending.Store(true)
+	}
+	e.kickMu.Unlock()
+	if e.sleeping.Load() {
+		e.link.Wake()
+	}
+}
+
+// qpOutput is the qp.Output of a QP: it sends into its engine's transmit
+// batch, and only while the engine is calling into the QP. Calls from
+// verbs goroutines report no buffer: the QP keeps the packet and the
+// engine sends it when it next pumps the QP.
+type qpOutput struct{ q *QP }
+
+// Send implements qp.Output.
+func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
+	if !o.q.inEngine {
+		return false
+	}
+	return o.q.eng.send(h, payload)
+}
+
+// qpSink routes a QP's completions to its CQs.
+type qpSink struct{ q *QP }
+
+// Complete implements qp.CompletionSink.
+func (s *qpSink) Complete(wc *WC, recv bool) {
+	if recv {
+		s.q.recvCQ.push(wc)
+	} else {
+		s.q.sendCQ.push(wc)
+	}
+}

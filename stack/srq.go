@@ -1,0 +1,98 @@
+package stack
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/uroce/uroce/qp"
+)
+
+// SRQInit gives a shared receive queue's capacities (ibv_srq_init_attr).
+type SRQInit struct {
+	MaxWR  int
+	MaxSGE int
+	Limit  int // srq_limit: LimitReached reports when fewer receives remain
+}
+
+// SRQ is a shared receive queue (ibv_srq): receives consumed by any QP
+// attached to it.
+type SRQ struct {
+	pd   *PD
+	init SRQInit
+	refs atomic.Int64 // QPs attached
+	dead atomic.Bool
+
+	mu sync.Mutex // guards q; taken after a QP's lock
+	q  *qp.SRQ
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(init SRQInit) (*SRQ, error) {
+	if err := pd.use("create srq"); err != nil {
+		return nil, err
+	}
+	lim := &pd.dev.attr.Limits
+	if init.MaxWR < 1 || init.MaxWR > lim.MaxSRQWR {
+		return nil, fmt.Errorf("create srq: max_wr %d, want 1 to %d: %w", init.MaxWR, lim.MaxSRQWR, ErrInvalidArg)
+	}
+	if init.MaxSGE < 1 || init.MaxSGE > lim.MaxSGE {
+		return nil, fmt.Errorf("create srq: max_sge %d, want 1 to %d: %w", init.MaxSGE, lim.MaxSGE, ErrInvalidArg)
+	}
+	s := &SRQ{pd: pd, init: init, q: qp.NewSRQ(init.MaxWR, init.MaxSGE)}
+	if init.Limit > 0 {
+		s.q.SetLimit(init.Limit)
+	}
+	pd.refs.Add(1)
+	return s, nil
+}
+
+// PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if s.dead.Load() {
+		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
+	}
+	s.mu.Lock()
+	err := s.q.PostRecv(wr)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("post srq recv: %w", err)
+	}
+	return nil
+}
+
+// Len returns the number of receives posted and not yet consumed.
+func (s *SRQ) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.Len()
+}
+
+// SetLimit arms the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT); zero
+// disarms it.
+func (s *SRQ) SetLimit(limit int) {
+	s.mu.Lock()
+	s.q.SetLimit(limit)
+	s.mu.Unlock()
+}
+
+// LimitReached reports, once, that the posted receives fell below the
+// armed limit (IBV_EVENT_SRQ_LIMIT_REACHED); the limit is then disarmed.
+func (s *SRQ) LimitReached() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.LimitReached()
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while
+// QPs use it.
+func (s *SRQ) Destroy() error {
+	if s.refs.Load() != 0 {
+		return fmt.Errorf("destroy srq: %w", ErrBusy)
+	}
+	if !s.dead.CompareAndSwap(false, true) {
+		return fmt.Errorf("destroy srq: %w", ErrDestroyed)
+	}
+	s.pd.refs.Add(-1)
+	return nil
+}

@@ -1,0 +1,419 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/qp"
+)
+
+// openManual opens a Manual device on l with address a (and ip6 when
+// valid) whose neighbour table knows the other test host.
+func openManual(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clock) *Device {
+	t.Helper()
+	d, err := Open(context.Background(), Config{
+		Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock,
+		Neighbors: StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestOpenValidation(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	ctx := context.Background()
+	for name, cfg := range map[string]Config{
+		"no link":       {MAC: macA},
+		"zero mac":      {Link: a},
+		"multicast mac": {Link: a, MAC: [6]byte{1, 0, 0x5e, 0, 0, 1}},
+		"tiny mtu":      {Link: a, MAC: macA, MTU: 100},
+		"bad address":   {Link: a, MAC: macA, Addrs: []netip.Addr{netip.MustParseAddr("224.0.0.1")}},
+		"both":          {Link: a, MAC: macA, Interface: "eth0"},
+	} {
+		if _, err := Open(ctx, cfg); !errors.Is(err, ErrInvalidArg) {
+			t.Errorf("%s: got %v, want ErrInvalidArg", name, err)
+		}
+	}
+	if interfaceOpener == nil {
+		if _, err := Open(ctx, Config{Interface: "eth0"}); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("interface without support: got %v", err)
+		}
+	}
+}
+
+func TestGIDTableAndQuery(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{MTU: 1500})
+	d := openManual(t, a, [6]byte{0x52, 0x54, 0, 0, 2, 1}, []netip.Addr{ip6A, ipA, netip.MustParseAddr("198.51.100.7")}, nil)
+	want := []string{"fe80::5054:ff:fe00:201", "::ffff:192.0.2.1", "::ffff:198.51.100.7", "2001:db8::a"}
+	gids := d.GIDs()
+	if len(gids) != len(want) {
+		t.Fatalf("gids %v, want %v", gids, want)
+	}
+	for i, w := range want {
+		if gids[i].String() != w {
+			t.Errorf("gid %d = %v, want %s", i, gids[i], w)
+		}
+	}
+	if i := d.GIDIndex(ipA); i != 1 {
+		t.Errorf("GIDIndex(%v) = %d, want 1", ipA, i)
+	}
+	if i := d.GIDIndex(ip6A); i != 3 {
+		t.Errorf("GIDIndex(%v) = %d, want 3", ip6A, i)
+	}
+	if _, err := d.GID(4); err == nil {
+		t.Error("GID(4) of 4 succeeded")
+	}
+	attr := d.Query()
+	if attr.ActiveMTU != qp.MTU1024 || attr.LinkMTU != 1500 || attr.GIDTableLen != 4 {
+		t.Errorf("query: active mtu %v, link mtu %d, gids %d", attr.ActiveMTU, attr.LinkMTU, attr.GIDTableLen)
+	}
+	if attr.NodeGUID != 0x505400fffe000201 {
+		t.Errorf("node guid %#x", attr.NodeGUID)
+	}
+	for mtu, want := range map[int]qp.MTU{1500: qp.MTU1024, 9000: qp.MTU4096, 4200: qp.MTU4096, 4000: qp.MTU2048, 600: qp.MTU512} {
+		if got := pathMTU(mtu); got != want {
+			t.Errorf("pathMTU(%d) = %v, want %v", mtu, got, want)
+		}
+	}
+}
+
+func TestMRKeysBoundsAccess(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	pd, _ := d.AllocPD()
+	pd2, _ := d.AllocPD()
+	buf := make([]byte, 4096)
+	if _, err := pd.RegisterMR(buf, AccessRemoteWrite); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("remote write without local write: %v", err)
+	}
+	if _, err := pd.RegisterMR(nil, AccessLocalWrite); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("empty buffer: %v", err)
+	}
+	local, err := pd.RegisterMR(buf[:1024], AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local.RKey() != 0 {
+		t.Errorf("rkey %#x of a region without remote rights, want 0", local.RKey())
+	}
+	ro, _ := pd.RegisterMR(buf[1024:2048], AccessRemoteRead)
+	rw, _ := pd.RegisterMR(buf[2048:], AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	if rw.Addr() != local.Addr()+2048 {
+		t.Errorf("va %#x, want the buffer's address %#x", rw.Addr(), local.Addr()+2048)
+	}
+	// Keys: distinct, non-zero index.
+	keys := map[uint32]bool{}
+	var mrs []*MR
+	for i := 0; i < 1000; i++ {
+		m, err := pd.RegisterMR(buf, AccessLocalWrite|AccessRemoteRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys[m.LKey()] || m.LKey()>>8 == 0 || m.LKey() != m.RKey() {
+			t.Fatalf("key %#x repeated, zero index or lkey != rkey", m.LKey())
+		}
+		keys[m.LKey()] = true
+		mrs = append(mrs, m)
+	}
+	// Low bytes spread: a sequential allocator would give one value.
+	low := map[uint32]bool{}
+	for k := range keys {
+		low[k&0xff] = true
+	}
+	if len(low) < 100 {
+		t.Errorf("only %d distinct key bytes in 1000 keys", len(low))
+	}
+	for _, m := range mrs {
+		if err := m.Deregister(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem := &pd.mem
+	cases := []struct {
+		name string
+		ok   bool
+		b    func() ([]byte, bool)
+	}{
+		{"local read", true, func() ([]byte, bool) { return mem.Local(ro.LKey(), ro.Addr(), 1024, 0) }},
+		{"local write to read-only", false, func() ([]byte, bool) { return mem.Local(ro.LKey(), ro.Addr(), 8, AccessLocalWrite) }},
+		{"local write", true, func() ([]byte, bool) { return mem.Local(local.LKey(), local.Addr()+1000, 24, AccessLocalWrite) }},
+		{"local past end", false, func() ([]byte, bool) { return mem.Local(local.LKey(), local.Addr()+1000, 25, 0) }},
+		{"local before start", false, func() ([]byte, bool) { return mem.Local(local.LKey(), local.Addr()-1, 2, 0) }},
+		{"local wrong key byte", false, func() ([]byte, bool) { return mem.Local(local.LKey()^1, local.Addr(), 1, 0) }},
+		{"remote via lkey-only region", false, func() ([]byte, bool) { return mem.Remote(local.LKey(), local.Addr(), 8, AccessRemoteRead) }},
+		{"remote read", true, func() ([]byte, bool) { return mem.Remote(ro.RKey(), ro.Addr()+8, 16, AccessRemoteRead) }},
+		{"remote write to read-only", false, func() ([]byte, bool) { return mem.Remote(ro.RKey(), ro.Addr(), 8, AccessRemoteWrite) }},
+		{"remote atomic", true, func() ([]byte, bool) { return mem.Remote(rw.RKey(), rw.Addr()+8, 8, AccessRemoteAtomic) }},
+		{"remote past end", false, func() ([]byte, bool) { return mem.Remote(rw.RKey(), rw.Addr()+2040, 16, AccessRemoteWrite) }},
+		{"remote huge length", false, func() ([]byte, bool) { return mem.Remote(rw.RKey(), rw.Addr()+8, 0xffffffff, AccessRemoteWrite) }},
+		{"remote address wrap", false, func() ([]byte, bool) { return mem.Remote(rw.RKey(), ^uint64(0)-3, 8, AccessRemoteWrite) }},
+		{"remote other pd", false, func() ([]byte, bool) { return pd2.mem.Remote(rw.RKey(), rw.Addr(), 8, AccessRemoteRead) }},
+		{"remote zero length", true, func() ([]byte, bool) { return mem.Remote(0xdeadbeef, 0, 0, AccessRemoteWrite) }},
+	}
+	for _, c := range cases {
+		b, ok := c.b()
+		if ok != c.ok {
+			t.Errorf("%s: ok=%v, want %v", c.name, ok, c.ok)
+		}
+		if ok && c.name == "remote read" && (&b[0] != &buf[1024+8] || len(b) != 16) {
+			t.Errorf("%s: wrong bytes", c.name)
+		}
+	}
+	// Invalidation (SEND_WITH_INV) and deregistration.
+	if pd2.mem.Invalidate(rw.RKey()) {
+		t.Error("another pd invalidated the region")
+	}
+	if !mem.Invalidate(rw.RKey()) || rw.Valid() {
+		t.Error("invalidate failed")
+	}
+	if _, ok := mem.Remote(rw.RKey(), rw.Addr(), 8, AccessRemoteRead); ok {
+		t.Error("invalidated region still accessible")
+	}
+	if err := ro.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mem.Remote(ro.RKey(), ro.Addr(), 8, AccessRemoteRead); ok {
+		t.Error("deregistered region still accessible")
+	}
+	if err := ro.Deregister(); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("second deregister: %v", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+		t.Errorf("dealloc of a pd with regions: %v", err)
+	}
+	local.Deregister()
+	rw.Deregister()
+	if err := pd.Dealloc(); err != nil {
+		t.Errorf("dealloc: %v", err)
+	}
+	if _, err := pd.RegisterMR(buf, 0); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("register on a freed pd: %v", err)
+	}
+}
+
+func TestMRLookupNoAllocs(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	pd, _ := d.AllocPD()
+	mr, _ := pd.RegisterMR(make([]byte, 1<<16), AccessLocalWrite|AccessRemoteWrite)
+	if n := testing.AllocsPerRun(1000, func() {
+		pd.mem.Remote(mr.RKey(), mr.Addr()+100, 4096, AccessRemoteWrite)
+		pd.mem.Local(mr.LKey(), mr.Addr(), 4096, AccessLocalWrite)
+	}); n != 0 {
+		t.Fatalf("%v allocations per lookup", n)
+	}
+}
+
+func TestCQPollWaitOverrun(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	if _, err := d.CreateCQ(0); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("cq of 0: %v", err)
+	}
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 8)
+	if cq.Poll(wcs) != 0 {
+		t.Fatal("empty cq polled something")
+	}
+	// Wait blocks until a completion arrives.
+	got := make(chan error, 1)
+	go func() { got <- cq.Wait(context.Background()) }()
+	time.Sleep(10 * time.Millisecond) // let it block (correct either way)
+	cq.push(&WC{ID: 1})
+	if err := <-got; err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	// Many waiters all wake.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- cq.Wait(context.Background())
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 2; i <= 4; i++ {
+		cq.push(&WC{ID: uint64(i)})
+	}
+	if n := cq.Poll(wcs[:2]); n != 2 || wcs[0].ID != 1 || wcs[1].ID != 2 {
+		t.Fatalf("poll: %d %v", n, wcs[:n])
+	}
+	for i := 5; i <= 7; i++ {
+		cq.push(&WC{ID: uint64(i)}) // 3, 4, 5, 6 fit; 7 is lost
+	}
+	if cq.Err() == nil || cq.Overruns() != 1 || d.Counters().CQOverrun != 1 {
+		t.Fatalf("overrun not reported: err %v, overruns %d", cq.Err(), cq.Overruns())
+	}
+	if err := cq.Wait(context.Background()); !errors.Is(err, ErrCQOverrun) {
+		t.Fatalf("wait on overrun cq: %v", err)
+	}
+	if n := cq.Poll(wcs); n != 4 || wcs[0].ID != 3 || wcs[3].ID != 6 {
+		t.Fatalf("poll after overrun: %d %v", n, wcs[:n])
+	}
+	// Context cancellation.
+	cq2, _ := d.CreateCQ(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	if err := cq2.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait with expiring context: %v", err)
+	}
+	if err := cq2.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq2.Wait(context.Background()); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("wait on destroyed cq: %v", err)
+	}
+}
+
+func TestCQPushNoAllocs(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	cq, _ := d.CreateCQ(16)
+	wcs := make([]WC, 16)
+	wc := WC{ID: 1}
+	if n := testing.AllocsPerRun(1000, func() {
+		cq.push(&wc)
+		cq.Poll(wcs)
+	}); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}
+
+func TestAH(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{})
+	d := openManual(t, a, macA, []netip.Addr{ipA, ip6A}, nil)
+	pd, _ := d.AllocPD()
+	ah, err := pd.CreateAH(AHAttr{DGID: netip.AddrFrom16(ipB.As16()), SGIDIndex: 1, TrafficClass: 0x02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ah.av.Path
+	if p.DstMAC != macB || p.SrcMAC != macA || p.SrcIP != ipA || p.DstIP != ipB || p.TrafficClass != 2 {
+		t.Errorf("path %+v", p)
+	}
+	if ah.Attr().DMAC != macB {
+		t.Error("resolved mac not reported")
+	}
+	ah6, err := pd.CreateAH(AHAttr{DGID: ip6B, SGIDIndex: 2, DMAC: [6]byte{2, 9, 9, 9, 9, 9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ah6.av.Path.DstMAC != [6]byte{2, 9, 9, 9, 9, 9} || ah6.av.Path.SrcIP != ip6A {
+		t.Errorf("ipv6 path %+v", ah6.av.Path)
+	}
+	for name, at := range map[string]AHAttr{
+		"family mismatch": {DGID: ip6B, SGIDIndex: 1},
+		"sgid range":      {DGID: ipB, SGIDIndex: 3},
+		"no dgid":         {SGIDIndex: 1},
+		"flow label":      {DGID: ip6B, SGIDIndex: 2, FlowLabel: 1 << 20},
+	} {
+		if _, err := pd.CreateAH(at); !errors.Is(err, ErrInvalidArg) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := pd.CreateAH(AHAttr{DGID: netip.MustParseAddr("192.0.2.99"), SGIDIndex: 1}); !errors.Is(err, ErrNoNeighbor) {
+		t.Errorf("unknown neighbour: %v", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+		t.Errorf("dealloc with ahs: %v", err)
+	}
+	ah.Destroy()
+	ah6.Destroy()
+	if err := pd.Dealloc(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestQPTable(t *testing.T) {
+	var tb qpTable
+	tb.init(3)
+	qs := []*QP{{}, {}, {}}
+	for i, q := range qs {
+		if err := tb.add(q); err != nil {
+			t.Fatal(err)
+		}
+		if q.qpn != firstQPN+uint32(i) {
+			t.Errorf("qpn %#x, want %#x", q.qpn, firstQPN+i)
+		}
+	}
+	if err := tb.add(&QP{}); !errors.Is(err, ErrNoResources) {
+		t.Errorf("fourth qp: %v", err)
+	}
+	for _, q := range qs {
+		if tb.lookup(q.qpn) != q {
+			t.Errorf("lookup %#x", q.qpn)
+		}
+	}
+	for _, n := range []uint32{0, 1, 0x10, 0x14, 0xffffff} {
+		if tb.lookup(n) != nil {
+			t.Errorf("lookup of %#x found a qp", n)
+		}
+	}
+	tb.remove(qs[1])
+	tb.remove(qs[0])
+	if tb.lookup(qs[1].qpn) != nil {
+		t.Error("removed qp still found")
+	}
+	q := &QP{}
+	tb.add(q)
+	if q.qpn != qs[1].qpn { // oldest freed number first
+		t.Errorf("reused qpn %#x, want %#x", q.qpn, qs[1].qpn)
+	}
+	// Growth keeps entries.
+	var big qpTable
+	big.init(1000)
+	var all []*QP
+	for i := 0; i < 1000; i++ {
+		q := &QP{}
+		big.add(q)
+		all = append(all, q)
+	}
+	for _, q := range all {
+		if big.lookup(q.qpn) != q {
+			t.Fatalf("lookup %#x after growth", q.qpn)
+		}
+	}
+}
+
+func TestTimerHeap(t *testing.T) {
+	var h timerHeap
+	var qs []*QP
+	for i := 0; i < 100; i++ {
+		q := &QP{heapIdx: -1, deadline: Time((i * 37) % 101)}
+		qs = append(qs, q)
+		h.push(q)
+	}
+	for i := 0; i < 100; i += 3 {
+		qs[i].deadline = Time(1000 - i)
+		h.fix(qs[i].heapIdx)
+	}
+	for i := 1; i < 100; i += 7 {
+		h.remove(qs[i].heapIdx)
+	}
+	last := Time(-1)
+	for h.len() > 0 {
+		q := h.pop()
+		if q.deadline < last || q.heapIdx != -1 {
+			t.Fatalf("heap order: %v after %v", q.deadline, last)
+		}
+		last = q.deadline
+	}
+}
