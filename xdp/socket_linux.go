@@ -128,7 +128,14 @@ func Open(cfg Config) (*Socket, error) {
 		flags |= unix.XDP_USE_SG
 	}
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)}
-	if err := bind(sys.fd, sa); err != nil {
+	err = bind(sys.fd, sa)
+	if errors.Is(err, unix.EOPNOTSUPP) && cfg.Mode == Auto {
+		// The kernel falls back to copy mode by itself; should a
+		// driver refuse anyway, ask for copy mode outright.
+		sa.Flags |= unix.XDP_COPY
+		err = bind(sys.fd, sa)
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, unix.EBUSY):
 			err = fmt.Errorf("%w: %w", ErrQueueBusy, err)

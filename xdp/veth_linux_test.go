@@ -389,3 +389,33 @@ func TestVethAllocs(t *testing.T) {
 		t.Errorf("%d rounds without traffic: the loop did not exercise the data path", lost)
 	}
 }
+
+// Wait blocks until a frame arrives, then Receive finds it.
+func TestVethWait(t *testing.T) {
+	a, b := newVeth(t, 1500, 1, bpf.Native)
+	sa, sb := a.open(t, Config{Frames: 64, RingSize: 32}), b.open(t, Config{Frames: 64, RingSize: 32, NeedWakeup: true})
+	if err := sb.Wait(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Receive(make([][]byte, 4)); n != 0 {
+		t.Fatalf("Receive = %d before anything was sent", n)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- sb.Wait(-1) }() // sb belongs to this goroutine until it returns
+	f := roceFrame(a, b, 300, 7)
+	for sa.Transmit([][]byte{f}) != 1 {
+		sa.Complete()
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after a frame was sent")
+	}
+	batch := make([][]byte, 4)
+	if n := sb.Receive(batch); n != 1 || !bytes.Equal(batch[0], f) {
+		t.Fatalf("Receive after Wait = %d", n)
+	}
+}
