@@ -373,26 +373,39 @@ fail() {
 	off
 }
 
-kver=$(cat /etc/uroce-kver)
-while read -r m; do
-	insmod "/lib/modules/$kver/$m" || fail "insmod $m"
-done <"/lib/modules/$kver/load-order"
-
 hostname "$name"
 ip link set lo up
+[ -n "$ip" ] || fail "no uroce_ip= on the kernel command line"
 if [ "$ipv6" != 1 ]; then
 	sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 fi
-[ -n "$ip" ] || fail "no uroce_ip= on the kernel command line"
-[ -d /sys/class/net/eth0 ] || fail "no eth0"
-[ "$ipv6" != 1 ] && sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1
-[ -z "$mtu" ] || ip link set eth0 mtu "$mtu" || fail "mtu $mtu"
-ip addr add "$ip" dev eth0 || fail "address $ip"
-ip link set eth0 up || fail "eth0 up"
+# eth0 comes up as soon as its driver is in, so that the kernel's link
+# watcher (which may take a second) runs while the other modules load.
+eth0_done=
+eth0_up() {
+	[ -z "$eth0_done" ] && [ -d /sys/class/net/eth0 ] || return 0
+	eth0_done=1
+	[ -z "$mtu" ] || ip link set eth0 mtu "$mtu" || fail "mtu $mtu"
+	ip addr add "$ip" dev eth0 || fail "address $ip"
+	ip link set eth0 up || fail "eth0 up"
+}
+kver=$(cat /etc/uroce-kver)
+eth0_up
+while read -r m; do
+	insmod "/lib/modules/$kver/$m" || fail "insmod $m"
+	[ "$m" != virtio_net.ko ] || eth0_up
+done <"/lib/modules/$kver/load-order"
+eth0_up
+[ -n "$eth0_done" ] || fail "no eth0"
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 
 port=/sys/class/infiniband/rxe0/ports/1
 want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "${ip%/*}" | tr . ' '))
+# Ready means rxe0 ACTIVE with the IPv4 GID, and a queueing discipline on
+# eth0: should the carrier have come after `ip link set eth0 up`, the kernel
+# attaches it only when its link watcher runs (up to a second later), and
+# until then eth0 drops what it is given to send. eth0's operstate lags the
+# same way but does not matter.
 i=0
 while :; do
 	state=$(cat "$port/state" 2>/dev/null)
@@ -400,6 +413,11 @@ while :; do
 	case "$state" in *ACTIVE*) [ "$gid" = "$want" ] && break ;; esac
 	i=$((i + 1))
 	[ "$i" -lt 400 ] || fail "rxe0 not ready: state=$state gid1=$gid"
+	sleep 0.05
+done
+while tc qdisc show dev eth0 | grep -q '^qdisc noop'; do
+	i=$((i + 1))
+	[ "$i" -lt 400 ] || fail "eth0 has no queueing discipline"
 	sleep 0.05
 done
 rxe-info

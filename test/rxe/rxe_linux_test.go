@@ -39,7 +39,7 @@ func TestImageCached(t *testing.T) {
 	}
 	t.Logf("image %s (%s): cached=%v, builder ran %v", img.KVer, img.Dir, img.Cached, img.Took)
 	// A second run finds the image current and leaves it alone.
-	again, err := runBuilder(ctx, "", false)
+	again, err := runBuilder(ctx, img.Kernel, false)
 	if err != nil {
 		t.Fatal(err)
 	}
