@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -96,8 +97,15 @@ func Guard(ctx context.Context, conn net.Conn) (done func(err error) error) {
 		finished = true
 		mu.Unlock()
 		conn.SetDeadline(time.Time{})
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("%w (%w)", ctx.Err(), err)
+		if err == nil {
+			return nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w (%w)", cerr, err)
+		}
+		// The connection's deadline may fire just before ctx's timer.
+		if dl, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
+			return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 		}
 		return err
 	}
