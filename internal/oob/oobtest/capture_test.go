@@ -72,7 +72,7 @@ func TestReadTCPStreams(t *testing.T) {
 		{syn: true, ack: true, seq: sISN - 1},
 		{fromClient: true, ack: true, seq: cISN, data: "hello"},
 		{fromClient: true, ack: true, seq: cISN, data: "hello"}, // retransmission
-		{ack: true, seq: sISN + 3, data: "ld"},                   // out of order
+		{ack: true, seq: sISN + 3, data: "ld"},                  // out of order
 		{ack: true, seq: sISN, data: "wor"},
 		{roce: true},
 		{fromClient: true, ack: true, seq: cISN + 3, data: "lo, again"}, // overlapping
