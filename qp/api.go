@@ -7,8 +7,36 @@
 // (every call that may start a timer or act on one takes now, a
 // monotonic time.Duration from an arbitrary epoch). Its outputs are
 // packets handed to an Output and completions handed to a
-// CompletionSink. The caller serialises all calls on one QP; the stack
-// runs them on the goroutine that owns the QP's link queue.
+// CompletionSink.
+//
+// # Calling contract
+//
+// The caller serialises all calls on one QP, and on the SRQ shared by
+// several QPs; the stack runs them on the goroutine that owns the QP's
+// link queue. Output.Send, CompletionSink.Complete and the Memory
+// methods are called synchronously from inside QP methods and must not
+// call back into the QP. The owner drives a QP like this:
+//
+//   - after PostSend, and after Receive when Busy reports true, call Pump:
+//     Receive sends the responses the responder owes (ACKs, NAKs, READ
+//     responses) itself, but new and retransmitted requests only go out
+//     from Pump;
+//   - when Output.Send returns false the packet stays pending; call Pump
+//     again when transmit buffers are free (Busy tells whether anything
+//     waits);
+//   - call Tick when the time from Deadline has come, then Pump.
+//
+// Work queues are rings sized when the QP is created; in steady state no
+// call allocates.
+//
+// # Behaviour worth knowing
+//
+// Moving a QP to ERR (by Modify or by a fatal error) completes every
+// outstanding work request in order: a failed one with its own status,
+// the rest with WCWRFlushErr, signaled or not (as rdma_rxe does).
+// Unsignaled requests that succeed produce no completion unless
+// Caps.SignalAll is set, but retire in order. A READ or atomic with
+// max_rd_atomic 0 completes with WCLocQPOpErr.
 package qp
 
 import (

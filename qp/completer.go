@@ -149,22 +149,20 @@ func (q *QP) readResponse(w *sendWQE, p *bth.Packet, psn bth.PSN, progress bool)
 		}
 		return WCSuccess, progress, false, 0
 	}
+	// The PSN fixes the offset. After a re-request the responses restart
+	// with FIRST (or ONLY), and late responses of the first request may
+	// still arrive, so only "ends the READ or not" is checked: the packet
+	// at the READ's last PSN is a LAST or ONLY carrying the remainder,
+	// every other one a FIRST or MIDDLE carrying a full MTU.
 	k := w.rcvd
-	want := bth.PosMiddle
-	switch {
-	case w.npkts == 1:
-		want = bth.PosOnly
-	case k == 0:
-		want = bth.PosFirst
-	case k == w.npkts-1:
-		want = bth.PosLast
-	}
 	mtu := uint32(q.mtu)
+	end := k == w.npkts-1
+	pos := p.Info.Pos
 	n := mtu
-	if k == w.npkts-1 {
+	if end {
 		n = w.length - k*mtu
 	}
-	if p.Info.Pos != want || uint32(p.PayloadN) != n {
+	if end != (pos == bth.PosLast || pos == bth.PosOnly) || uint32(p.PayloadN) != n {
 		return WCBadRespErr, progress, false, 0
 	}
 	if !q.scatterSend(w, k*mtu, p.Payload()) {

@@ -215,3 +215,116 @@ func pattern(b []byte, seed byte) {
 		b[i] = seed + byte(i*7) + byte(i>>8)
 	}
 }
+
+// Crafted packets come from a peer QP peerQPN at addrB to the QP under
+// test, localQPN at addrA.
+const (
+	localQPN = 0x11
+	peerQPN  = 0x12
+)
+
+// hdr returns headers of a packet from the peer.
+func hdr(op bth.Opcode, psn bth.PSN) *bth.Headers {
+	return &bth.Headers{L2L3: pathTo(addrB, addrA), BTH: bth.BTHFields{Opcode: op, PKey: 0xffff, DestQP: localQPN, PSN: psn}}
+}
+
+// craft encodes h and payload and parses the frame, as the engine would.
+func craft(t *testing.T, h *bth.Headers, payload []byte) *bth.Packet {
+	t.Helper()
+	buf := make([]byte, h.FrameLen(len(payload)))
+	n, err := bth.Encode(buf, h, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(bth.Packet)
+	if err := bth.Parse(buf[:n], p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func ackPkt(t *testing.T, psn bth.PSN, syn bth.Syndrome, msn uint32) *bth.Packet {
+	h := hdr(bth.OpAck, psn)
+	h.Syndrome, h.MSN = syn, msn
+	return craft(t, h, nil)
+}
+
+// single is a QP under test (QPN localQPN) connected to a crafted peer.
+func single(t *testing.T, caps Caps, o connOpts) *node {
+	t.Helper()
+	caps.QPN = localQPN
+	if caps.Type == 0 {
+		caps.Type = RC
+	}
+	n := newNode(t, caps)
+	connect(t, n.qp, addrA, addrB, peerQPN, o)
+	return n
+}
+
+// buf registers a buffer of size bytes filled with a pattern and
+// returns it with its key; va is its address.
+func (n *node) buf(size int, va uint64, seed byte) ([]byte, uint32) {
+	b := make([]byte, size)
+	pattern(b, seed)
+	return b, n.mem.reg(b, va, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+}
+
+// post posts a send WR or fails the test.
+func (n *node) post(t *testing.T, wr SendWR) {
+	t.Helper()
+	if err := n.qp.PostSend(0, &wr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recv posts a receive WR of one SGE or fails the test.
+func (n *node) recv(t *testing.T, id uint64, va uint64, length uint32, key uint32) {
+	t.Helper()
+	if err := n.qp.PostRecv(&RecvWR{ID: id, SG: []SGE{{Addr: va, Length: length, LKey: key}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pkt describes a sent packet for comparisons.
+type pkt struct {
+	op  bth.Opcode
+	psn bth.PSN
+	ack bool
+	n   int
+}
+
+func describe(ps []*bth.Packet) []pkt {
+	var d []pkt
+	for _, p := range ps {
+		d = append(d, pkt{p.Opcode(), p.BTH().PSN(), p.BTH().AckReq(), p.PayloadN})
+	}
+	return d
+}
+
+// wantPkts checks the opcodes, PSNs, A bits and payload sizes of ps.
+func wantPkts(t *testing.T, ps []*bth.Packet, want ...pkt) {
+	t.Helper()
+	got := describe(ps)
+	if len(got) != len(want) {
+		t.Fatalf("got %d packets %v, want %d %v", len(got), got, len(want), want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("packet %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// wantWC checks the IDs and statuses of completions.
+func wantWC(t *testing.T, what string, wcs []WC, want ...WC) {
+	t.Helper()
+	if len(wcs) != len(want) {
+		t.Fatalf("%s: got %d completions %+v, want %d", what, len(wcs), wcs, len(want))
+	}
+	for i, w := range want {
+		g := wcs[i]
+		if g.ID != w.ID || g.Status != w.Status || g.Opcode != w.Opcode {
+			t.Errorf("%s %d: got id %d %v op %d, want id %d %v op %d", what, i, g.ID, g.Status, g.Opcode, w.ID, w.Status, w.Opcode)
+		}
+	}
+}

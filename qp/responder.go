@@ -128,17 +128,15 @@ func (r *responder) dropAllButNAK() {
 	}
 }
 
-// pushAck queues an ACK, NAK or RNR NAK. An ACK replaces a queued ACK
-// not yet sent (coalescing); a NAK replaces it too, since it
-// acknowledges everything before its PSN.
+// pushAck queues an ACK, NAK or RNR NAK. It replaces a queued ACK not
+// yet sent (coalescing): each acknowledges everything before its PSN.
 func (q *QP) pushAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	r := &q.resp
 	if len(r.items) == 0 {
 		return
 	}
 	if r.pending() {
-		if last := r.item(r.itail - 1); last.kind == rkAck && last.syn.Kind() == bth.AckKindACK &&
-			syn.Kind() != bth.AckKindRNR {
+		if last := r.item(r.itail - 1); last.kind == rkAck && last.syn.Kind() == bth.AckKindACK {
 			*last = respItem{kind: rkAck, psn: psn, syn: syn, msn: msn}
 			return
 		}
