@@ -27,20 +27,22 @@
 // repeated as a barrier ("sync" here, always with QP 0's key). ib_write_bw
 // with one QP, as captured between two rdma_rxe peers:
 //
-//	client                                     server
-//	  |--- version, cycle buffer, cache line, MTU --->|  (each answered in turn)
-//	  |--- key ------------------------------------->|  keys: QP data
-//	  |<-- key --------------------------------------|
-//	  QPs to RTR/RTS                                  QPs to RTR/RTS
-//	  |--- key / <-- key ----------------------------|  keys again (printed)
-//	  |--- key / <-- key ----------------------------|  sync after RTR
-//	  RDMA WRITEs ...                                 (waits in the next sync)
-//	  |--- key / <-- key ----------------------------|  sync: client done
-//	  |--- size / <-- size, iters, peak, avg, rate --|  reports (the server
-//	  |                                               |  sends garbage)
-//	  |--- key / <-- key ----------------------------|  sync before closing
-//	  |--- "done" ---------->|<---------- "done" -----|
-//	close                                           close
+//	client                                          server
+//	  |-- version, cycle buffer, cache line, MTU --->|  each answered in turn
+//	  |<------------------- the same four -----------|
+//	  |-- key -------------------------------------->|  keys: QP data
+//	  |<------------------------------------- key ---|
+//	QPs to RTR/RTS                               QPs to RTR/RTS
+//	  |-- key ---------> / <------------------ key --|  keys again (printed)
+//	  |-- key ---------> / <------------------ key --|  sync after RTR
+//	RDMA WRITEs                                  waits in the next sync
+//	  |-- key ---------> / <------------------ key --|  sync: the client is done
+//	  |-- size -------> / <-------------------- size |  reports, five fields in
+//	  |   … iters, peak, average, message rate …     |  turn; the server's are
+//	  |                                              |  uninitialised memory
+//	  |-- key ---------> / <------------------ key --|  sync before closing
+//	  |-- "done" ----------->|<------------ "done" --|  both, without waiting
+//	close                                        close
 //
 // The other tools differ in where the barriers sit (Sequence lists each
 // tool's steps): ib_send_bw and ib_send_lat put the sync after RTR before

@@ -316,3 +316,13 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 	}
 	return res, nil
 }
+
+// AllSizes returns the message sizes perftest runs with -a over RC and UC:
+// 2, 4, … 2^23 bytes (23 runs). ib_atomic_bw ignores -a and runs once.
+func AllSizes() []uint64 {
+	s := make([]uint64, 0, 23)
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}

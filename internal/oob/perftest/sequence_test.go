@@ -245,3 +245,10 @@ func TestRunHookErrors(t *testing.T) {
 		t.Fatalf("error = %v, want a key count mismatch", err)
 	}
 }
+
+func TestAllSizes(t *testing.T) {
+	s := AllSizes()
+	if len(s) != 23 || s[0] != 2 || s[22] != 8<<20 {
+		t.Fatalf("AllSizes = %v", s)
+	}
+}
