@@ -289,7 +289,7 @@ func (q *QP) Modify(now Time, a *Attr, mask AttrMask) error {
 	q.state = next
 	at.State = next
 	if next == StateErr && cur != StateErr {
-		q.enterErr()
+		q.enterErr(false)
 	}
 	return nil
 }

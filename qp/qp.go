@@ -147,14 +147,18 @@ func (q *QP) reset() {
 
 // enterErr moves the QP to ERR: every outstanding send and receive work
 // request completes, in order, with its own error status when it failed
-// or WCWRFlushErr otherwise. A final NAK already queued is still sent.
-func (q *QP) enterErr() {
+// or WCWRFlushErr otherwise. Responses still queued are dropped, except
+// after a responder error (keepResp), when the responses owed for the
+// requests before the failed one and its NAK still go out.
+func (q *QP) enterErr(keepResp bool) {
 	q.state = StateErr
 	q.attr.State = StateErr
 	q.ackArmed, q.rnrWait = false, false
 	q.flushSend()
 	q.flushRecv()
-	q.resp.dropAllButNAK()
+	if !keepResp {
+		q.resp.dropAll()
+	}
 }
 
 // enterSQE moves a UC or UD QP to SQE after a send completion error:

@@ -163,7 +163,7 @@ func (q *QP) start(w *sendWQE) bool {
 func (q *QP) failWQE(w *sendWQE, st WCStatus) {
 	w.done, w.status = true, st
 	if q.typ == RC {
-		q.enterErr()
+		q.enterErr(false)
 	} else {
 		q.enterSQE()
 	}

@@ -113,19 +113,10 @@ func (r *responder) room() bool { return len(r.items) > 0 && r.itail-r.ihead < u
 
 func (r *responder) item(i uint64) *respItem { return &r.items[i%uint64(len(r.items))] }
 
-// dropAllButNAK empties the response queue except a final NAK, which is
-// still sent after the QP enters ERR.
-func (r *responder) dropAllButNAK() {
-	r.busy = 0
-	if !r.pending() {
-		return
-	}
-	last := *r.item(r.itail - 1)
-	r.ihead, r.itail = 0, 0
-	if last.kind == rkAck && last.syn.Kind() == bth.AckKindNAK {
-		*r.item(0) = last
-		r.itail = 1
-	}
+// dropAll empties the response queue.
+func (r *responder) dropAll() {
+	clear(r.items)
+	r.ihead, r.itail, r.busy = 0, 0, 0
 }
 
 // pushAck queues an ACK, NAK or RNR NAK. It replaces a queued ACK not
@@ -266,7 +257,7 @@ func (q *QP) respFatal(psn bth.PSN, e rerr) {
 		q.recvWC(st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
 	}
 	q.pushAck(psn, syn, r.msn)
-	q.enterErr()
+	q.enterErr(true)
 }
 
 // execute runs an in-sequence request (RC: PSN == ePSN; UC: accepted by
@@ -642,7 +633,7 @@ func (q *QP) respondUC(p *bth.Packet) {
 		if r.haveRecv {
 			q.recvWC(st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
 		}
-		q.enterErr()
+		q.enterErr(false)
 	default:
 		q.ctr.DroppedPkts++
 		r.rcur, r.roff, r.wdata = curNone, 0, nil

@@ -53,7 +53,7 @@ func (q *QP) receiveUD(p *bth.Packet) {
 			q.ctr.RespLocalLengthErr++
 		}
 		q.recvWC(st, WCRecv, 0, 0, 0, 0, d.SrcQP())
-		q.enterErr()
+		q.enterErr(false)
 		return
 	}
 	flags := WCWithGRH
