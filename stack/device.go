@@ -19,6 +19,16 @@ type Config struct {
 	// MAC, addresses, MTU and queues are taken from the system and its
 	// neighbour table resolves peers. Either Interface or Link/Links.
 	Interface string
+	// XDPMode is how the steering XDP program attaches to Interface:
+	// "auto" (native, falling back to generic; the default), "native"
+	// or "generic".
+	XDPMode string
+	// Queues limits the receive queues of Interface that get an AF_XDP
+	// socket and an engine to queues 0 to Queues-1 (0: all of them).
+	Queues int
+	// WrapLink, when set, wraps each link opened on Interface (queue is
+	// its number), for example with WithFaults.
+	WrapLink func(queue int, l Link) Link
 
 	// Link is the one link queue of the device (a pipe end, or a queue
 	// opened elsewhere). Links gives several queues, one engine each.
