@@ -107,6 +107,7 @@ func Parse(frame []byte, p *Packet) error {
 		}
 		p.L4 = off + ihl
 		end = off + int(binary.BigEndian.Uint16(ip[2:]))
+		p.End = end
 		if end < p.L4+udpLen {
 			return ErrMalformed
 		}
@@ -121,6 +122,7 @@ func Parse(frame []byte, p *Packet) error {
 		p.IPv6 = true
 		p.L4 = off + ipv6Len
 		end = p.L4 + int(binary.BigEndian.Uint16(ip[4:]))
+		p.End = end
 		if end < p.L4+udpLen {
 			return ErrMalformed
 		}
@@ -129,16 +131,17 @@ func Parse(frame []byte, p *Packet) error {
 			return ErrTruncated
 		}
 		ip := frame[off:]
+		p.Version = 1
+		p.IPv6 = true
 		if ip[6] != grhNextHeaderIB {
 			return ErrMalformed
 		}
-		p.Version = 1
-		p.IPv6 = true
 		p.BTHOff = off + ipv6Len
 		end = p.BTHOff + int(binary.BigEndian.Uint16(ip[4:]))
 	default:
 		return ErrNotRoCE
 	}
+	p.End = end
 	if p.Version == 0 {
 		udp := frame[p.L4:]
 		if binary.BigEndian.Uint16(udp[2:]) != UDPPort {
@@ -150,7 +153,6 @@ func Parse(frame []byte, p *Packet) error {
 			return ErrMalformed
 		}
 	}
-	p.End = end
 	return p.parseIB()
 }
 
