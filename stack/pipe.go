@@ -10,8 +10,9 @@ type PipeConfig struct {
 	// MTU is the IP MTU of both ends (default 9000).
 	MTU int
 	// Slots is the number of frames in flight per direction, rounded up
-	// to a power of two (default 1024). A full direction pushes back:
-	// Transmit takes fewer frames.
+	// to a power of two (default 256). A full direction pushes back:
+	// Transmit takes fewer frames. Each slot holds a frame of MTU+18
+	// bytes, allocated by NewPipe.
 	Slots int
 }
 
@@ -52,12 +53,17 @@ type pipeSlot struct {
 	buf []byte
 }
 
-func newPipeRing(n int) *pipeRing {
+func newPipeRing(n, frameLen int) *pipeRing {
 	size := 1
 	for size < n {
 		size <<= 1
 	}
-	return &pipeRing{slots: make([]pipeSlot, size), mask: uint64(size - 1)}
+	r := &pipeRing{slots: make([]pipeSlot, size), mask: uint64(size - 1)}
+	mem := make([]byte, size*frameLen)
+	for i := range r.slots {
+		r.slots[i].buf = mem[i*frameLen : i*frameLen : (i+1)*frameLen]
+	}
+	return r
 }
 
 // NewPipe returns the two ends of an in-memory link. A frame transmitted
@@ -70,9 +76,10 @@ func NewPipe(cfg PipeConfig) (a, b *Pipe) {
 		cfg.MTU = 9000
 	}
 	if cfg.Slots <= 0 {
-		cfg.Slots = 1024
+		cfg.Slots = 256
 	}
-	ab, ba := newPipeRing(cfg.Slots), newPipeRing(cfg.Slots)
+	fl := maxFrameLen(cfg.MTU)
+	ab, ba := newPipeRing(cfg.Slots, fl), newPipeRing(cfg.Slots, fl)
 	a = &Pipe{rx: ba, tx: ab, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
 	b = &Pipe{rx: ab, tx: ba, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
 	a.peer, b.peer = b, a
