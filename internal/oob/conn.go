@@ -48,8 +48,9 @@ func Accept(ctx context.Context, ln net.Listener) (net.Conn, error) {
 }
 
 // Dial connects to addr, retrying every retry (100 ms when zero) while the
-// connection is refused, until ctx ends. The stock clients try once; the
-// retry lets a client start before its server listens.
+// connection is refused or the host is unreachable (no ARP answer yet), until
+// ctx ends. The stock clients try once; the retry lets a client start before
+// its server is up.
 func Dial(ctx context.Context, addr string, retry time.Duration) (net.Conn, error) {
 	if retry <= 0 {
 		retry = 100 * time.Millisecond
@@ -60,7 +61,7 @@ func Dial(ctx context.Context, addr string, retry time.Duration) (net.Conn, erro
 		if err == nil {
 			return c, nil
 		}
-		if ctx.Err() != nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		if ctx.Err() != nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH)) {
 			return nil, fmt.Errorf("oob dial %s: %w", addr, err)
 		}
 		t := time.NewTimer(retry)
