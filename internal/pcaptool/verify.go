@@ -284,6 +284,7 @@ type reqState struct {
 type respState struct {
 	haveAck  bool
 	ackPSN   bth.PSN // last acknowledged PSN (effective)
+	ackFrame int     // frame that moved ackPSN last
 	haveMSN  bool
 	msn      uint32
 	msnFrame int
@@ -379,11 +380,11 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 		r.seqKnown = false
 		r.gapAt = n
 	default:
-		icrc := p.ICRC()
-		if rec.Status == StatusTruncated {
-			icrc = 0
+		var icrc uint32
+		if rec.ICRCChecked() {
+			icrc = p.ICRC()
 		}
-		if dup := r.findRecent(psn, icrc); dup != 0 && rec.Status != StatusTruncated {
+		if dup := r.findRecent(psn, icrc); dup != 0 {
 			v.report(n, SevFlow, "duplicate", fl, "duplicate of frame "+itoa(dup)+" (psn "+psnStr(psn)+")")
 		} else if !r.resending {
 			why := "no nak seen: timeout?"
@@ -404,6 +405,10 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 	}
 
 	if !newPkt {
+		// A resent packet may end a message whose first copy was lost.
+		if info.Pos == bth.PosLast || (info.Pos == bth.PosOnly && !isRead) {
+			r.addEnd(psn, n)
+		}
 		if consumed > 0 {
 			if end := psn.Add(consumed); r.next.Less(end) {
 				r.next = end
@@ -442,7 +447,7 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 	default:
 		r.next = psn.Next()
 		if info.Pos == bth.PosLast || info.Pos == bth.PosOnly {
-			r.ends = append(r.ends, msgEnd{psn, n})
+			r.addEnd(psn, n)
 		}
 	}
 	if len(r.ends) > 4096 {
@@ -486,6 +491,21 @@ func (v *Verifier) settleRead(r *reqState, psn bth.PSN, n int, fl *qpFlow) {
 	if rd.n > 0 {
 		r.ends = append(r.ends, msgEnd{rd.psn.Add(rd.n - 1), rd.frame})
 	}
+}
+
+// addEnd records that a message ends at psn, keeping r.ends in PSN order
+// without duplicates.
+func (r *reqState) addEnd(psn bth.PSN, frame int) {
+	i := len(r.ends)
+	for i > 0 && psn.Sub(r.ends[i-1].psn) <= 0 {
+		if r.ends[i-1].psn == psn {
+			return
+		}
+		i--
+	}
+	r.ends = append(r.ends, msgEnd{})
+	copy(r.ends[i+1:], r.ends[i:])
+	r.ends[i] = msgEnd{psn, frame}
 }
 
 func (r *reqState) remember(psn bth.PSN, p *bth.Packet, rec *Record) {
@@ -696,7 +716,7 @@ func (v *Verifier) response(rec *Record, fl *qpFlow) {
 		switch {
 		case dm < 0:
 			v.report(n, SevFlow, "msn", fl, "msn went back from "+itoa(int(s.msn))+" (frame "+itoa(s.msnFrame)+") to "+itoa(int(msn)))
-		case r != nil && s.haveAck && eff.Sub(s.ackPSN) > 0 && eff.Less(r.next) && r.gapAt < s.msnFrame:
+		case r != nil && s.haveAck && eff.Sub(s.ackPSN) > 0 && eff.Less(r.next) && r.gapAt < s.ackFrame:
 			want := 0
 			for _, m := range r.ends {
 				if m.psn.Sub(s.ackPSN) > 0 && m.psn.Sub(eff) <= 0 {
@@ -713,7 +733,7 @@ func (v *Verifier) response(rec *Record, fl *qpFlow) {
 		s.msn, s.msnFrame, s.haveMSN = msn, n, true
 	}
 	if !s.haveAck || s.ackPSN.Less(eff) {
-		s.ackPSN, s.haveAck = eff, true
+		s.ackPSN, s.ackFrame, s.haveAck = eff, n, true
 	}
 	if r != nil {
 		// Forget message ends that are acknowledged.
