@@ -165,6 +165,12 @@ func TestStockServers(t *testing.T) {
 			contains(t, p.tool.String(), text, perftest.BWHeader(false))
 			contains(t, p.tool.String(), text, perftest.BWLine(report, false))
 		}
+		if p.tool == perftest.AtomicBW {
+			// The parameter block, as rxe and these flags make it.
+			contains(t, p.tool.String(), text, perftest.TestInfo{Tool: p.tool, Role: perftest.Server, AtomicType: "FETCH_AND_ADD",
+				Device: "rxe0", QPs: 1, Transport: "IB", Connection: "RC", PCIeRelaxOrder: "ON", CQMod: 5,
+				MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: 128}.String())
+		}
 		if k := gotKeys[p.tool]; k.GID != netip.MustParseAddr("::ffff:192.0.2.1").As16() || k.QPN == 0 {
 			t.Errorf("%s: server key %+v", p.tool, k)
 		}
@@ -292,6 +298,12 @@ func TestStockClients(t *testing.T) {
 		}
 		contains(t, p.tool.String(), text, perftest.AddressLines(false, p.tool.Verb(), gotKeys[p.tool], true))
 		contains(t, p.tool.String(), text, perftest.AddressLines(true, p.tool.Verb(), ourKey(p.tool), true))
+		if p.tool == perftest.SendLat {
+			contains(t, p.tool.String(), text, perftest.TestInfo{Tool: p.tool, Role: perftest.Client, Device: "rxe0", QPs: 1,
+				Transport: "IB", Connection: "RC", PCIeRelaxOrder: "ON", TxDepth: 1, MTU: perftest.MTU1024,
+				LinkType: "Ethernet", GIDIndex: 1}.String()+perftest.AddressLines(false, p.tool.Verb(), gotKeys[p.tool], true))
+			contains(t, p.tool.String(), text, perftest.ResultLine+perftest.LatHeader())
+		}
 	}
 	for _, p := range pp {
 		text, exit := section(res.Output, p.tool.String())
