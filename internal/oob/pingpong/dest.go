@@ -14,9 +14,9 @@ const MessageSize = 52
 // beyond the QPs in use all zero.
 const SRQMessages = 256
 
-// Done is the message the client sends after it has read the server's
+// DoneMsg is the message the client sends after it has read the server's
 // address.
-var Done = []byte("done\x00")
+var DoneMsg = []byte("done\x00")
 
 // Dest is one queue pair's address as the pingpong tools exchange it.
 type Dest struct {

@@ -9,8 +9,8 @@ import (
 	"github.com/uroce/uroce/internal/oob"
 )
 
-// messages returns how many address messages go each way for n local QPs:
-// the SRQ tool always sends SRQMessages, the others one.
+// appendMessages appends count address messages: local, then zero
+// addresses.
 func appendMessages(b []byte, local []Dest, count int) []byte {
 	for i := range count {
 		var d Dest
@@ -67,15 +67,16 @@ func Client(ctx context.Context, conn net.Conn, local []Dest, count int) (remote
 	if err != nil {
 		return nil, fmt.Errorf("pingpong client: read remote address: %w", err)
 	}
-	if err := oob.WriteMsg(conn, Done); err != nil {
+	if err := oob.WriteMsg(conn, DoneMsg); err != nil {
 		return nil, fmt.Errorf("pingpong client: send done: %w", err)
 	}
 	return remote, nil
 }
 
 // Server runs the server side of the exchange on conn: it reads the
-// client's count address messages, calls connect with them (where the caller
-// moves its QPs to RTR/RTS; the stock server does so before it replies),
+// client's count address messages, calls connect with them (all count, zero
+// padding included; there the caller moves its QPs to RTR/RTS, which the
+// stock server does before it replies),
 // sends its own count messages (local padded with zero addresses), and waits
 // for the client's "done". If connect fails, Server returns its error
 // without replying, as the stock server closes the connection then. conn is
@@ -102,7 +103,7 @@ func Server(ctx context.Context, conn net.Conn, local []Dest, count int, connect
 	if err := oob.ReadMsg(conn, msg[:]); err != nil {
 		return nil, fmt.Errorf("pingpong server: read done: %w", err)
 	}
-	if !bytes.Equal(msg[:], Done) {
+	if !bytes.Equal(msg[:], DoneMsg) {
 		return nil, fmt.Errorf("pingpong server: read done: got %q", msg[:])
 	}
 	return remote, nil
