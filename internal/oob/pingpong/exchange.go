@@ -74,13 +74,12 @@ func Client(ctx context.Context, conn net.Conn, local []Dest, count int) (remote
 }
 
 // Server runs the server side of the exchange on conn: it reads the
-// client's count address messages, calls connect with them (all count, zero
-// padding included; there the caller moves its QPs to RTR/RTS, which the
-// stock server does before it replies),
-// sends its own count messages (local padded with zero addresses), and waits
-// for the client's "done". If connect fails, Server returns its error
-// without replying, as the stock server closes the connection then. conn is
-// left open.
+// client's count address messages and calls connect with all of them (zero
+// padding included), where the caller moves its QPs to RTR/RTS, as the stock
+// server does before it replies; then it sends its own count messages (local
+// padded with zero addresses) and waits for the client's "done". If connect
+// fails, Server returns its error without replying, as the stock server
+// closes the connection then. conn is left open.
 func Server(ctx context.Context, conn net.Conn, local []Dest, count int, connect func(remote []Dest) error) (remote []Dest, err error) {
 	if err := checkCount(local, count); err != nil {
 		return nil, fmt.Errorf("pingpong server: %w", err)
