@@ -101,3 +101,82 @@ func TestAtomicAckLossRecovers(t *testing.T) {
 		}
 	}
 }
+
+// holdLink keeps transmitted frames while hold is set, until release.
+type holdLink struct {
+	Link
+	hold bool
+	held [][]byte
+}
+
+func (l *holdLink) Transmit(frames [][]byte) int {
+	if l.hold {
+		for _, f := range frames {
+			l.held = append(l.held, bytes.Clone(f))
+		}
+		return len(frames)
+	}
+	return l.Link.Transmit(frames)
+}
+
+func (l *holdLink) release() {
+	l.hold = false
+	if n := l.Link.Transmit(l.held); n != len(l.held) {
+		panic("pipe full")
+	}
+	l.held = nil
+}
+
+// TestNoRetransmitAfterAck: a go-back-N retransmission is cut short by the
+// link (it is full); then an ACK arrives for everything. The requester
+// must not go on resending packets of work requests it has retired: their
+// buffers belong to the application again, and their queue slots to new
+// requests.
+func TestNoRetransmitAfterAck(t *testing.T) {
+	clock := NewFakeClock(0)
+	// The engine's batch (64 frames) and the pipe (16) hold fewer than
+	// the 100 packets to resend.
+	pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 16})
+	la, lb := &holdLink{Link: pa}, &holdLink{Link: pb, hold: true}
+	s := &simPair{clock: clock}
+	s.a = openManual(t, la, macA, []netip.Addr{ipA}, clock)
+	s.b = openManual(t, lb, macB, []netip.Addr{ipB}, clock)
+	A, B := newSide(t, s.a, 1<<20, 16), newSide(t, s.b, 1<<20, 16)
+	qa, qb := A.qp(t, RC), B.qp(t, RC)
+	connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite)
+	const size = 100 * 1024 // 100 packets at path MTU 1024
+	if err := qa.PostSend(&SendWR{ID: 1, Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, size)},
+		Remote: RemoteAddr{B.mr.Addr(), B.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	for s.a.Step() || s.b.Step() {
+	}
+	if qa.Counters().SentPkts != 100 || len(lb.held) == 0 {
+		t.Fatalf("setup: %d packets sent, %d acks held", qa.Counters().SentPkts, len(lb.held))
+	}
+	// The ACK timer fires: go back to the first packet; 80 fit.
+	d, ok := s.a.NextDeadline()
+	if !ok {
+		t.Fatal("no ack timer")
+	}
+	clock.Set(d)
+	s.a.Step()
+	if r := qa.Counters().RetransmittedPkts; r == 0 || r >= 100 {
+		t.Fatalf("setup: %d packets retransmitted, want some but not all", r)
+	}
+	// Now the ACKs arrive: the WRITE is complete.
+	lb.release()
+	s.a.Step()
+	wcs := make([]WC, 4)
+	if n := A.cq.Poll(wcs); n != 1 || wcs[0].Status != 0 {
+		t.Fatalf("write not completed by the ack: %d %+v", n, wcs[:n])
+	}
+	// Frames already built stay queued in the engine; the QP itself must
+	// build no more.
+	built := qa.Counters().SentPkts
+	for s.b.Step() || s.a.Step() {
+	}
+	if n := qa.Counters().SentPkts - built; n != 0 {
+		t.Errorf("%d packets of a completed request built after its ACK", n)
+	}
+}
