@@ -120,6 +120,13 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	}
 	if progress {
 		q.onProgress(now)
+		// A retransmission under way need not resend what is now
+		// acknowledged (and whose slots retire below).
+		if q.curIdx != sq.next {
+			if c := sq.at(q.curIdx); c.first.Add(int(q.curPkt)).Less(q.compPSN) {
+				q.seek(q.compPSN)
+			}
+		}
 	}
 	q.retire()
 	switch {
@@ -130,6 +137,12 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	case implied || seqNAK:
 		if implied {
 			q.ctr.ImpliedNakSeqErr++
+		}
+		// One go-back per loss: while a retransmission from an earlier
+		// or equal PSN is under way and nothing new was acknowledged,
+		// later NAKs and gaps are echoes of the same loss.
+		if q.retrying && q.retryPSN.LessEq(retryFrom) {
+			return
 		}
 		q.retry(retryFrom)
 	}
@@ -196,6 +209,7 @@ func nakStatus(code uint8) WCStatus {
 // a response acknowledged something new.
 func (q *QP) onProgress(now Time) {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	q.retrying = false
 	if q.compPSN == q.sentHigh {
 		q.ackArmed = false
 	} else {
@@ -219,6 +233,7 @@ func (q *QP) retry(from bth.PSN) {
 		q.retryLeft--
 	}
 	q.ctr.CompleterRetryErr++
+	q.retrying, q.retryPSN = true, from
 	q.goBack(from)
 }
 
@@ -253,8 +268,13 @@ func (q *QP) oldest() *sendWQE {
 // goBack moves the transmit cursor to PSN from (go-back-N): everything
 // from there on is sent again.
 func (q *QP) goBack(from bth.PSN) {
-	sq := &q.sq
 	q.ackArmed = false
+	q.seek(from)
+}
+
+// seek moves the transmit cursor to PSN from.
+func (q *QP) seek(from bth.PSN) {
+	sq := &q.sq
 	for i := sq.head; i != sq.next; i++ {
 		w := sq.at(i)
 		if w.done {

@@ -45,7 +45,9 @@ type QP struct {
 	rnrWait   bool
 	rnrUntil  Time
 	rnrPSN    bth.PSN
-	noAck     int // packets sent since the last one with the A bit
+	noAck     int     // packets sent since the last one with the A bit
+	retrying  bool    // a go-back-N retransmission is under way ...
+	retryPSN  bth.PSN // ... from this PSN, with no progress since
 
 	// Receive queue and responder (responder.go, ud.go).
 	rq   recvQueue
@@ -140,7 +142,7 @@ func (q *QP) reset() {
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
 	q.curIdx, q.curPkt, q.rdOut = 0, 0, 0
 	q.retryLeft, q.rnrLeft = 0, 0
-	q.ackArmed, q.rnrWait, q.noAck = false, false, 0
+	q.ackArmed, q.rnrWait, q.noAck, q.retrying = false, false, 0, false
 	q.ePSN = 0
 	q.resetResponder()
 }
