@@ -81,6 +81,9 @@ func RunDecode(w, errw io.Writer, paths []string, jsonOut bool) int {
 }
 
 func exitFor(err error) int {
+	if err == nil {
+		return ExitOK
+	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return ExitUsage
@@ -120,6 +123,12 @@ func RunVerify(w, errw io.Writer, paths []string, opt VerifyOptions) int {
 		}
 		v := NewVerifier(report)
 		err := readFile(path, v.Frame)
+		if exitFor(err) == ExitUsage {
+			bw.Flush()
+			fmt.Fprintf(errw, "uroce pcap verify: %v\n", err)
+			code = ExitUsage
+			continue
+		}
 		if err != nil {
 			fileErr := &Finding{Frame: v.Counts.Packets, Severity: SevError, Check: "file", Message: err.Error()}
 			if errors.Is(err, ErrLinkType) {
