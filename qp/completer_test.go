@@ -75,25 +75,57 @@ func TestNAKSequenceErrorGoBackN(t *testing.T) {
 	wantWC(t, "send", n.sink.send, WC{ID: 1}, WC{ID: 2}, WC{ID: 3}, WC{ID: 4})
 }
 
-func TestSequenceNAKRetryExhaustion(t *testing.T) {
+func TestSequenceNAKEchoAndRetryExhaustion(t *testing.T) {
 	o := defaultConn()
 	o.retry = 2
 	n := single(t, Caps{}, o)
 	sends(t, n, 2)
 	n.qp.Pump(0)
 	n.out.take()
-	for i := 0; i < 2; i++ {
-		n.qp.Receive(0, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
-		n.qp.Pump(0)
-		if got := len(n.out.take()); got != 2 {
-			t.Fatalf("retry %d: %d packets", i, got)
-		}
-	}
 	n.qp.Receive(0, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(0)
+	if got := len(n.out.take()); got != 2 {
+		t.Fatalf("go-back-N sent %d packets", got)
+	}
+	// A second NAK for the same PSN with no progress in between is an
+	// echo of the same loss: no second go-back-N, no retry charged.
+	n.qp.Receive(0, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(0)
+	if got := len(n.out.take()); got != 0 {
+		t.Fatalf("echo NAK resent %d packets", got)
+	}
+	if c := n.qp.Counters(); c.RcvdSeqErr != 2 || c.CompleterRetryErr != 1 {
+		t.Errorf("counters %+v", *c)
+	}
+	// Timeouts still retry: one retry is left, then the counter runs out.
+	d, _ := n.qp.Deadline()
+	n.qp.Tick(d)
+	n.qp.Pump(d)
+	if got := len(n.out.take()); got != 2 {
+		t.Fatalf("timeout resent %d packets", got)
+	}
+	d, _ = n.qp.Deadline()
+	n.qp.Tick(d)
 	wantWC(t, "send", n.sink.send, WC{ID: 1, Status: WCRetryExcErr}, WC{ID: 2, Status: WCWRFlushErr})
 	if n.qp.State() != StateErr || n.qp.Counters().RetryExceededErr != 1 {
 		t.Errorf("state %s counters %+v", n.qp.State(), *n.qp.Counters())
 	}
+}
+
+func TestSequenceNAKAfterProgressRetriesAgain(t *testing.T) {
+	n := single(t, Caps{}, defaultConn())
+	sends(t, n, 4)
+	n.qp.Pump(0)
+	n.out.take()
+	n.qp.Receive(0, ackPkt(t, 1, bth.SyndromePSNSeqErr, 1))
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpSendOnly, 1, true, 64}, pkt{bth.OpSendOnly, 2, true, 64}, pkt{bth.OpSendOnly, 3, true, 64})
+	// PSN 1 arrived, 2 was lost again: the NAK for 2 acknowledges 1, so
+	// it is a new loss.
+	n.qp.Receive(0, ackPkt(t, 2, bth.SyndromePSNSeqErr, 2))
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpSendOnly, 2, true, 64}, pkt{bth.OpSendOnly, 3, true, 64})
+	wantWC(t, "send", n.sink.send, WC{ID: 1}, WC{ID: 2})
 }
 
 func TestAckTimeout(t *testing.T) {
