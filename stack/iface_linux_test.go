@@ -1,0 +1,220 @@
+package stack_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/internal/netns"
+	"github.com/uroce/uroce/internal/netns/netnstest"
+	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/xdp"
+)
+
+// vethPair returns two namespaces joined by a veth pair of the given MTU,
+// with the default documentation addresses (192.0.2.1/24, 2001:db8::1/64
+// in A; .2 and ::2 in B).
+func vethPair(t *testing.T, mtu int) *netns.Pair {
+	t.Helper()
+	netnstest.RequireAFXDP(t)
+	return netnstest.NewPair(t, netns.PairConfig{Prefix: "ust", MTU: mtu})
+}
+
+// openIn opens a device on dev inside namespace ns; it is closed when the
+// test ends (before the namespace is deleted).
+func openIn(t *testing.T, ns *netns.Namespace, cfg stack.Config) *stack.Device {
+	t.Helper()
+	d, err := tryOpenIn(ns, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+func tryOpenIn(ns *netns.Namespace, cfg stack.Config) (*stack.Device, error) {
+	var d *stack.Device
+	err := ns.Do(func() error {
+		var err error
+		d, err = stack.Open(context.Background(), cfg)
+		return err
+	})
+	return d, err
+}
+
+func TestInterfaceAttributes(t *testing.T) {
+	for _, c := range []struct {
+		mtu  int
+		want stack.MTU
+	}{{1500, stack.MTU1024}, {9000, stack.MTU4096}} {
+		p := vethPair(t, c.mtu)
+		d := openIn(t, p.A, stack.Config{Interface: p.DevA})
+		attr := d.Query()
+		if attr.LinkMTU != c.mtu || attr.ActiveMTU != c.want {
+			t.Errorf("mtu %d: link mtu %d, active %v; want %v", c.mtu, attr.LinkMTU, attr.ActiveMTU, c.want)
+		}
+		if attr.NumQueues != 1 || attr.Name != "uroce_"+p.DevA {
+			t.Errorf("queues %d, name %q", attr.NumQueues, attr.Name)
+		}
+		mac := d.MAC()
+		if !bytes.Equal(mac[:], p.MACA) {
+			t.Errorf("mac %x, want %v", mac, p.MACA)
+		}
+		var ll [16]byte
+		ll[0], ll[1] = 0xfe, 0x80
+		copy(ll[8:], []byte{mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]})
+		want := []netip.Addr{
+			netip.AddrFrom16(ll),
+			netip.MustParseAddr("::ffff:192.0.2.1"),
+			netip.MustParseAddr("2001:db8::1"),
+		}
+		gids := d.GIDs()
+		if len(gids) != len(want) {
+			t.Fatalf("gids %v, want %v", gids, want)
+		}
+		for i := range want {
+			if gids[i] != want[i] {
+				t.Errorf("gid %d = %v, want %v", i, gids[i], want[i])
+			}
+		}
+	}
+}
+
+func TestInterfaceQueues(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	p := netnstest.NewPair(t, netns.PairConfig{Prefix: "ust", Queues: 3})
+	d := openIn(t, p.A, stack.Config{Interface: p.DevA})
+	if n := d.Query().NumQueues; n != 3 {
+		t.Errorf("%d queues, want 3", n)
+	}
+	d2 := openIn(t, p.B, stack.Config{Interface: p.DevB, Queues: 2})
+	if n := d2.Query().NumQueues; n != 2 {
+		t.Errorf("%d queues, want 2", n)
+	}
+}
+
+func TestInterfaceErrors(t *testing.T) {
+	p := vethPair(t, 1500)
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: "nosuch0"}); !errors.Is(err, xdp.ErrNoInterface) {
+		t.Errorf("missing interface: %v", err)
+	} else {
+		t.Log(err)
+	}
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: "lo"}); !errors.Is(err, stack.ErrUnsupported) {
+		t.Errorf("loopback: %v", err)
+	}
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, XDPMode: "fast"}); !errors.Is(err, stack.ErrInvalidArg) {
+		t.Errorf("bad xdp mode: %v", err)
+	}
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, MTU: 9000}); !errors.Is(err, stack.ErrInvalidArg) {
+		t.Errorf("mtu above the interface's: %v", err)
+	}
+	if err := p.A.IP("link", "set", "dev", p.DevA, "down"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA}); !errors.Is(err, stack.ErrInvalidArg) {
+		t.Errorf("interface down: %v", err)
+	} else {
+		t.Log(err)
+	}
+	if err := p.A.SetUp(p.DevA); err != nil {
+		t.Fatal(err)
+	}
+	// The interface is free again after the failures: nothing leaked.
+	openIn(t, p.A, stack.Config{Interface: p.DevA})
+	// A second device on the same interface is refused: the XDP program
+	// is not replaced.
+	if d, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA}); err == nil {
+		d.Close()
+		t.Error("second open on the same interface succeeded")
+	} else {
+		t.Log(err)
+	}
+}
+
+// TestReopen closes a device and opens one on the same interface in the
+// same process, several times, with traffic in between.
+func TestReopen(t *testing.T) {
+	p := vethPair(t, 1500)
+	for i := 0; i < 3; i++ {
+		a, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA})
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		b, err := tryOpenIn(p.B, stack.Config{Interface: p.DevB})
+		if err != nil {
+			a.Close()
+			t.Fatalf("open %d: %v", i, err)
+		}
+		rcWriteOnce(t, a, b, 1, 4096)
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNeighbourResolution(t *testing.T) {
+	p := vethPair(t, 1500)
+	a := openIn(t, p.A, stack.Config{Interface: p.DevA, ResolveTimeout: 1500 * time.Millisecond})
+	pd, err := a.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"192.0.2.2", "::ffff:192.0.2.2", "2001:db8::2"} {
+		ah, err := pd.CreateAH(stack.AHAttr{DGID: netip.MustParseAddr(ip), SGIDIndex: a.GIDIndex(localFor(ip))})
+		if err != nil {
+			t.Errorf("%s: %v", ip, err)
+			continue
+		}
+		if mac := ah.Attr().DMAC; !bytes.Equal(mac[:], p.MACB) {
+			t.Errorf("%s resolved to %x, want %v", ip, mac, p.MACB)
+		}
+	}
+	// The failures take up to the resolve timeout each: try them at once.
+	cases := []struct {
+		ip   string
+		want error
+	}{
+		{"192.0.2.77", stack.ErrNoNeighbor},   // nobody: no ARP answer
+		{"2001:db8::77", stack.ErrNoNeighbor}, // nobody: no ND answer
+		{"198.51.100.9", stack.ErrNoNeighbor}, // not on the link
+		{"192.0.2.1", stack.ErrNoNeighbor},    // ourselves
+		{"::ffff:192.0.2.1", stack.ErrNoNeighbor},
+	}
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = pd.CreateAH(stack.AHAttr{DGID: netip.MustParseAddr(c.ip), SGIDIndex: a.GIDIndex(localFor(c.ip))})
+		}()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		if !errors.Is(errs[i], c.want) {
+			t.Errorf("%s: %v, want %v", c.ip, errs[i], c.want)
+			continue
+		}
+		t.Logf("%s: %v", c.ip, errs[i])
+	}
+}
+
+// localFor returns A's address of the family of ip.
+func localFor(ip string) netip.Addr {
+	if netip.MustParseAddr(ip).Unmap().Is4() {
+		return netip.MustParseAddr("192.0.2.1")
+	}
+	return netip.MustParseAddr("2001:db8::1")
+}
