@@ -103,6 +103,9 @@ func New(caps Caps, env Env) (*QP, error) {
 		q.ctr = new(Counters)
 	}
 	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
+	if q.typ == UD {
+		q.sq.avs = make([]udDest, len(q.sq.slots))
+	}
 	rsge := caps.MaxRecvSGE
 	if q.srq != nil {
 		rsge = q.srq.q.maxSGE

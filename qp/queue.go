@@ -2,6 +2,7 @@ package qp
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/uroce/uroce/bth"
 )
@@ -37,6 +38,7 @@ type sendQueue struct {
 	slots     []sendWQE
 	sges      []SGE
 	inl       []byte
+	avs       []udDest // UD: each slot's destination
 	maxSGE    int
 	maxInline int
 	head      uint64
@@ -55,6 +57,38 @@ func (s *sendQueue) init(n, maxSGE, maxInline int) {
 
 func (s *sendQueue) at(i uint64) *sendWQE { return &s.slots[i%uint64(len(s.slots))] }
 
+// av returns the destination of the WQE in counter i (UD).
+func (s *sendQueue) av(i uint64) *udDest { return &s.avs[i%uint64(len(s.avs))] }
+
+// udDest is a UD request's address handle, copied at post time without
+// pointers (netip.Addr holds one): storing a pointer taken from the
+// SendWR would make every caller's work request, scatter/gather list
+// included, escape to the heap.
+type udDest struct {
+	path     bth.L2L3 // SrcIP and DstIP unset
+	src, dst [16]byte
+	v4       bool
+}
+
+func (d *udDest) set(p *bth.L2L3) {
+	d.path = bth.L2L3{DstMAC: p.DstMAC, SrcMAC: p.SrcMAC, HasVLAN: p.HasVLAN, VLANTCI: p.VLANTCI,
+		Version: p.Version, TrafficClass: p.TrafficClass, FlowLabel: p.FlowLabel, HopLimit: p.HopLimit,
+		IPID: p.IPID, IPFlags: p.IPFlags, SrcPort: p.SrcPort, DstPort: p.DstPort, UDPChecksum: p.UDPChecksum}
+	d.src, d.dst, d.v4 = p.SrcIP.As16(), p.DstIP.As16(), p.DstIP.Is4()
+}
+
+// fill writes the destination into h.
+func (d *udDest) fill(h *bth.L2L3) {
+	*h = d.path
+	if d.v4 {
+		h.SrcIP = netip.AddrFrom16(d.src).Unmap()
+		h.DstIP = netip.AddrFrom16(d.dst).Unmap()
+	} else {
+		h.SrcIP = netip.AddrFrom16(d.src)
+		h.DstIP = netip.AddrFrom16(d.dst)
+	}
+}
+
 func (s *sendQueue) full() bool { return s.tail-s.head >= uint64(len(s.slots)) }
 
 // clear empties the ring without completions.
@@ -70,8 +104,14 @@ func (s *sendQueue) clear() {
 func (s *sendQueue) push(wr *SendWR, length uint32, inline bool, mem Memory) *sendWQE {
 	i := s.tail % uint64(len(s.slots))
 	w := &s.slots[i]
-	*w = sendWQE{wr: *wr, length: length}
-	w.wr.SG = nil
+	// Field by field: storing wr.SG would make every caller's SG array
+	// escape to the heap.
+	*w = sendWQE{length: length, wr: SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+		InvRKey: wr.InvRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd,
+		Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}}
+	if s.avs != nil && wr.AH != nil {
+		s.avs[i].set(&wr.AH.Path)
+	}
 	if inline {
 		buf := s.inl[int(i)*s.maxInline : int(i)*s.maxInline+int(length)]
 		off := 0

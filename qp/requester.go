@@ -266,7 +266,7 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 		}
 		h = q.headers(op, psn, ack)
 		if q.typ == UD {
-			h.L2L3 = w.wr.AH.Path
+			q.sq.av(q.curIdx).fill(&h.L2L3)
 			h.IPID = q.ipid
 			if h.SrcPort == 0 {
 				h.SrcPort = bth.UDSourcePort(q.qpn)
