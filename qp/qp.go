@@ -67,7 +67,8 @@ func New(caps Caps, env Env) (*QP, error) {
 	if env.Mem == nil || env.Out == nil || env.Sink == nil {
 		return nil, errors.New("create qp: env needs Mem, Out and Sink")
 	}
-	if caps.QPN > bth.PSNMask || caps.QPN < 2 {
+	// QPN 0 (SMI) does not exist on RoCE; QPN 1 (GSI) is a UD QP.
+	if caps.QPN > bth.PSNMask || caps.QPN == 0 || (caps.QPN == 1 && caps.Type != UD) {
 		return nil, fmt.Errorf("create qp: qpn %#x: %w", caps.QPN, ErrInvalidAttr)
 	}
 	const maxWR, maxSGE, maxInline = 1 << 16, 64, 4096
@@ -260,6 +261,9 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	}
 	if q.srq != nil {
 		return fmt.Errorf("post recv: qp uses an srq: %w", ErrInvalidWR)
+	}
+	if q.caps.MaxRecvWR == 0 {
+		return fmt.Errorf("post recv: max_recv_wr is 0: %w", ErrQueueFull)
 	}
 	if err := q.rq.post(wr); err != nil {
 		return err
