@@ -21,9 +21,11 @@ type L2L3 struct {
 	SrcPort        uint16 // UDP source port (see SourcePort)
 	DstPort        uint16 // UDP destination port; 0 means 4791
 	UDPChecksum    bool   // compute the UDP checksum (rxe sends 0)
-	// IPv4Options are written after the fixed IPv4 header (a multiple of
-	// 4 bytes, at most 40). They are not covered by the ICRC.
-	IPv4Options []byte
+	// IPv4Options[:IPv4OptionsLen] are written after the fixed IPv4
+	// header (a multiple of 4 bytes, at most 40). They are not covered by
+	// the ICRC. (An array keeps L2L3 comparable.)
+	IPv4Options    [40]byte
+	IPv4OptionsLen uint8
 	// Exact writes HopLimit and IPFlags as given even when they are zero
 	// (instead of the defaults 64 and DF). Packet.Headers sets it so that
 	// a decoded frame re-encodes byte for byte.
@@ -79,7 +81,7 @@ func (l *L2L3) l3len() (ip, udp int) {
 		return ipv6Len, 0
 	}
 	if l.SrcIP.Is4() {
-		return ipv4Len + len(l.IPv4Options), udpLen
+		return ipv4Len + int(l.IPv4OptionsLen), udpLen
 	}
 	return ipv6Len, udpLen
 }
@@ -100,7 +102,17 @@ func (h *Headers) HeaderLen() int {
 }
 
 // FrameLen returns the frame length for a payload of n bytes.
-func (h *Headers) FrameLen(n int) int { return h.HeaderLen() + n + (-n & 3) + ICRCLen }
+func (h *Headers) FrameLen(n int) int { return h.HeaderLen() + n + h.padFor(n) + ICRCLen }
+
+// padFor returns the pad after a payload of n bytes. A reserved opcode
+// has no known layout: its bytes after the BTH are written as given and
+// the BTH pad count is kept, as Parse reads them.
+func (h *Headers) padFor(n int) int {
+	if !h.Info().Valid {
+		return 0
+	}
+	return -n & 3
+}
 
 // Encode writes a complete frame with h's headers and the payload into buf
 // and returns its length. It sets the pad count, IP and UDP lengths, the
@@ -114,10 +126,10 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 	if h.Version != 1 && h.SrcIP.Is4() != h.DstIP.Is4() {
 		return 0, ErrBadAddress
 	}
-	if h.Version != 1 && h.SrcIP.Is4() && (len(h.IPv4Options)&3 != 0 || len(h.IPv4Options) > 40) {
+	if h.Version != 1 && h.SrcIP.Is4() && (h.IPv4OptionsLen&3 != 0 || h.IPv4OptionsLen > 40) {
 		return 0, ErrBadOptions
 	}
-	pad := -len(payload) & 3
+	pad := h.padFor(len(payload))
 	copy(buf[0:6], h.DstMAC[:])
 	copy(buf[6:12], h.SrcMAC[:])
 	off := 12
@@ -157,7 +169,7 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 		s, d := h.SrcIP.As4(), h.DstIP.As4()
 		copy(ip[12:16], s[:])
 		copy(ip[16:20], d[:])
-		copy(ip[ipv4Len:], h.IPv4Options)
+		copy(ip[ipv4Len:], h.IPv4Options[:h.IPv4OptionsLen])
 		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
 	default:
 		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv6)
@@ -175,7 +187,9 @@ func Encode(buf []byte, h *Headers, payload []byte) (int, error) {
 		u[6], u[7] = 0, 0
 	}
 	f := h.BTH
-	f.PadCount = uint8(pad)
+	if h.Info().Valid {
+		f.PadCount = uint8(pad)
+	}
 	f.Encode(buf[bthOff:])
 	oi := h.Info()
 	ib := buf[bthOff:]
@@ -323,7 +337,7 @@ func (p *Packet) Headers(h *Headers) {
 	h.SrcMAC = [6]byte(f[6:12])
 	h.HasVLAN, h.VLANTCI = p.HasVLAN, p.VLANTCI
 	h.Exact = true
-	h.IPv4Options = p.IPv4Options()
+	h.IPv4OptionsLen = uint8(copy(h.IPv4Options[:], p.IPv4Options()))
 	h.Version = p.Version
 	h.SrcIP, h.DstIP = p.SrcIP(), p.DstIP()
 	h.TrafficClass = p.TrafficClass()

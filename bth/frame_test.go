@@ -314,7 +314,7 @@ func TestIPv4Options(t *testing.T) {
 		t.Error("options reported on a plain header")
 	}
 	h := testHeaders(false, OpSendOnly)
-	h.IPv4Options = []byte{1, 1, 1}
+	h.IPv4OptionsLen = 3
 	if _, err := Encode(make([]byte, 200), &h, nil); !errors.Is(err, ErrBadOptions) {
 		t.Errorf("3 bytes of options: %v", err)
 	}

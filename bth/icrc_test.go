@@ -40,8 +40,8 @@ func randomHeaders(rng *rand.Rand) Headers {
 		fill(b[:])
 		h.SrcIP, h.DstIP = netip.AddrFrom4(a), netip.AddrFrom4(b)
 		if rng.IntN(4) == 0 {
-			h.IPv4Options = make([]byte, 4*rng.IntN(11))
-			fill(h.IPv4Options)
+			h.IPv4OptionsLen = uint8(4 * rng.IntN(11))
+			fill(h.IPv4Options[:h.IPv4OptionsLen])
 		}
 	case 1:
 		var a, b [16]byte
