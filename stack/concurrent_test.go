@@ -16,8 +16,12 @@ import (
 // openRunning opens two devices with engine goroutines, on real time,
 // joined by a pipe (wrapped with faults when given).
 func openRunning(t testing.TB, mtu int, faults *FaultConfig, busyPoll bool) (a, b *Device) {
+	return openRunningCfg(t, PipeConfig{MTU: mtu}, 0, 0, faults, busyPoll)
+}
+
+func openRunningCfg(t testing.TB, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool) (a, b *Device) {
 	t.Helper()
-	pa, pb := NewPipe(PipeConfig{MTU: mtu})
+	pa, pb := NewPipe(pc)
 	var la, lb Link = pa, pb
 	if faults != nil {
 		fb := *faults
@@ -26,11 +30,11 @@ func openRunning(t testing.TB, mtu int, faults *FaultConfig, busyPoll bool) (a, 
 	}
 	nb := StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB}
 	var err error
-	a, err = Open(context.Background(), Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA, ip6A}, Neighbors: nb, BusyPoll: busyPoll})
+	a, err = Open(context.Background(), Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA, ip6A}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = Open(context.Background(), Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB, ip6B}, Neighbors: nb, BusyPoll: busyPoll})
+	b, err = Open(context.Background(), Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB, ip6B}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,13 @@ type Config struct {
 	// Batch is the number of frames received or transmitted per link
 	// call (default 64).
 	Batch int
+	// SendWindow bounds the request packets (PSNs) an RC QP may have
+	// sent and not yet seen acknowledged; 0 leaves it to the transport
+	// (unbounded). Go-back-N resends everything in flight after a loss,
+	// so on lossy paths a window of a few dozen packets keeps goodput
+	// up. The engine sets the A bit on the packet that fills the window,
+	// so the peer acknowledges it at once.
+	SendWindow int
 
 	// Name is the device name reported by Query (default "uroce0").
 	Name string

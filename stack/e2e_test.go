@@ -18,6 +18,10 @@ type simPair struct {
 }
 
 func newSimPair(t testing.TB, mtu int, faults *FaultConfig) *simPair {
+	return newSimPairWin(t, mtu, faults, 0)
+}
+
+func newSimPairWin(t testing.TB, mtu int, faults *FaultConfig, window int) *simPair {
 	t.Helper()
 	s := &simPair{clock: NewFakeClock(time.Second)}
 	pa, pb := NewPipe(PipeConfig{MTU: mtu, Slots: 512})
@@ -33,8 +37,8 @@ func newSimPair(t testing.TB, mtu int, faults *FaultConfig) *simPair {
 		la = &traceLink{Link: la, name: "A", clock: s.clock, log: &s.trace}
 		lb = &traceLink{Link: lb, name: "B", clock: s.clock, log: &s.trace}
 	}
-	s.a = openManual(t, la, macA, []netip.Addr{ipA, ip6A}, s.clock)
-	s.b = openManual(t, lb, macB, []netip.Addr{ipB, ip6B}, s.clock)
+	s.a = openManualWin(t, la, macA, []netip.Addr{ipA, ip6A}, s.clock, window)
+	s.b = openManualWin(t, lb, macB, []netip.Addr{ipB, ip6B}, s.clock, window)
 	return s
 }
 

@@ -39,6 +39,7 @@ type engine struct {
 	txN      int
 	txFull   bool // the link refused frames: wait for Poll
 	frameMax int
+	window   int // Config.SendWindow
 	cur      *QP   // the QP whose lock is held
 	spare    []*QP // swapped with kicked
 	active   []*QP // QPs that have packets to send
@@ -83,6 +84,7 @@ func newEngine(d *Device, id int, l Link) *engine {
 	e := &engine{dev: d, id: id, link: l, clock: d.clock, done: make(chan struct{})}
 	n := d.cfg.Batch
 	e.frameMax = maxFrameLen(d.cfg.MTU)
+	e.window = d.cfg.SendWindow
 	e.rx = make([][]byte, n)
 	e.tx = make([][]byte, n)
 	e.txBufs = make([][]byte, n)
@@ -219,6 +221,7 @@ func (e *engine) step() bool {
 		for _, q := range e.due {
 			e.acquire(q)
 			if !q.destroyed {
+				q.winFull = false // a timeout may resend from an earlier PSN
 				q.q.Tick(now)
 			}
 			e.releaseCur()
@@ -283,7 +286,7 @@ func (e *engine) releaseCur() {
 	armed, busy := false, false
 	if !q.destroyed {
 		d, armed = q.q.Deadline()
-		busy = q.q.Busy()
+		busy = q.q.Busy() && !q.winFull
 	}
 	q.unlock()
 	switch {
@@ -373,6 +376,18 @@ func (e *engine) input(f []byte, now Time) {
 		}
 	}
 	e.c.rcvdPkts++
+	if tr == bth.TransportRC && !p.Info.Request && e.window > 0 {
+		// A response acknowledges PSNs (a NAK those before its own):
+		// the send window moves.
+		acked := p.BTH().PSN()
+		if a := p.AETH(); a != nil && a.Syndrome().Kind() != bth.AckKindACK {
+			acked = acked.Add(-1)
+		}
+		if acked.Sub(q.acked) > 0 {
+			q.acked = acked
+		}
+		q.winFull = false
+	}
 	q.q.Receive(now, p)
 }
 

@@ -74,6 +74,7 @@ type FaultLink struct {
 	txOut     [][]byte
 	txOwned   []*heldFrame
 	txPassed  uint64
+	one       [1][]byte
 
 	// receive side
 	rxDelay   fifo[*heldFrame]
@@ -392,7 +393,7 @@ func (f *FaultLink) flushTx(now Time) bool {
 	if f.txBacklog.len() == 0 && f.txDelay.len() == 0 && len(f.txReorder) == 0 {
 		return true
 	}
-	var one [1][]byte
+	one := &f.one
 	for f.txBacklog.len() > 0 {
 		h := f.txBacklog.peek()
 		one[0] = h.buf

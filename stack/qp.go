@@ -157,6 +157,8 @@ type QP struct {
 	peer      netip.Addr // connected peer's address, checked on receive
 	local     netip.Addr // our address on the path
 	swr       qp.SendWR  // scratch for PostSend
+	acked     PSN        // RC: highest PSN the peer acknowledged (send window)
+	winFull   bool       // RC: a request did not fit the send window
 	out       qpOutput
 	sink      qpSink
 
@@ -334,6 +336,10 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		if err != nil {
 			err = fmt.Errorf("modify qp %#x: %w", q.qpn, err)
 		}
+	}
+	if err == nil && mask&qp.AttrSQPSN != 0 {
+		q.acked = attr.SQPSN.Add(-1)
+		q.winFull = false
 	}
 	if err == nil && mask&qp.AttrAV != 0 {
 		q.ah = attr.AH
@@ -572,10 +578,20 @@ type qpOutput struct{ q *QP }
 
 // Send implements qp.Output.
 func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
-	if !o.q.inEngine {
+	q := o.q
+	if !q.inEngine {
 		return false
 	}
-	return o.q.eng.send(h, payload)
+	if w := q.eng.window; w > 0 && q.init.Type == RC && h.BTH.Opcode.Info().Request {
+		switch d := h.BTH.PSN.Sub(q.acked); {
+		case d > w:
+			q.winFull = true
+			return false
+		case d == w:
+			h.BTH.AckReq = true
+		}
+	}
+	return q.eng.send(h, payload)
 }
 
 // qpSink routes a QP's completions to its CQs.

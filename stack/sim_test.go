@@ -202,7 +202,8 @@ func TestSimulationLossless(t *testing.T) {
 func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
 	r := rand.New(rand.NewPCG(seed, 0x51))
 	mtu := []int{1500, 9000}[r.IntN(2)]
-	sm := &sim{t: t, r: r, s: newSimPair(t, mtu, faults), ops: map[uint64]*simOp{}, total: total, wcs: make([]WC, 32)}
+	window := []int{0, 0, 8, 32, 200}[r.IntN(5)]
+	sm := &sim{t: t, r: r, s: newSimPairWin(t, mtu, faults, window), ops: map[uint64]*simOp{}, total: total, wcs: make([]WC, 32)}
 	for i, d := range []*Device{sm.s.a, sm.s.b} {
 		n := &simNode{name: string(rune('A' + i)), dev: d, buf: make([]byte, simChunk*simChunks),
 			byQPN: map[uint32]*simEnd{}, srqBuf: map[uint64]int{}}
@@ -238,7 +239,7 @@ func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
 		}
 		sm.addConn(typ)
 	}
-	t.Logf("seed %d: link mtu %d, %d RC, %d UC, %d UD", seed, mtu, nRC, nUC, nUD)
+	t.Logf("seed %d: link mtu %d, send window %d, %d RC, %d UC, %d UD", seed, mtu, window, nRC, nUC, nUD)
 
 	steps := 0
 	for {

@@ -14,9 +14,13 @@ import (
 // openManual opens a Manual device on l with address a (and ip6 when
 // valid) whose neighbour table knows the other test host.
 func openManual(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clock) *Device {
+	return openManualWin(t, l, mac, addrs, clock, 0)
+}
+
+func openManualWin(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clock, window int) *Device {
 	t.Helper()
 	d, err := Open(context.Background(), Config{
-		Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock,
+		Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock, SendWindow: window,
 		Neighbors: StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB},
 	})
 	if err != nil {
