@@ -39,7 +39,7 @@ type engine struct {
 	txN      int
 	txFull   bool // the link refused frames: wait for Poll
 	frameMax int
-	window   int // Config.SendWindow
+	window   int   // Config.SendWindow
 	cur      *QP   // the QP whose lock is held
 	spare    []*QP // swapped with kicked
 	active   []*QP // QPs that have packets to send
