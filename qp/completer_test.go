@@ -365,3 +365,38 @@ func TestBadReadResponse(t *testing.T) {
 	n.qp.Receive(0, craft(t, hdr(bth.OpReadRespOnly, 0), make([]byte, 1024)))
 	wantWC(t, "read", n.sink.send, WC{ID: 1, Status: WCBadRespErr, Opcode: WCRDMARead})
 }
+
+func TestReadTimeoutResendsRemainder(t *testing.T) {
+	o := defaultConn()
+	o.mtu = MTU256
+	n := single(t, Caps{}, o)
+	_, key := n.buf(1000, 0x10000, 0)
+	n.post(t, SendWR{ID: 1, Opcode: WRRead, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: 1000, LKey: key}}, RemoteAddr: 0x70000, RKey: 9})
+	n.qp.Pump(0)
+	n.out.take()
+	n.qp.Receive(0, craft(t, hdr(bth.OpReadRespFirst, 0), make([]byte, 256)))
+	n.qp.Receive(0, craft(t, hdr(bth.OpReadRespMiddle, 1), make([]byte, 256)))
+	d, _ := n.qp.Deadline()
+	n.qp.Tick(d)
+	n.qp.Pump(d)
+	ps := n.out.take()
+	wantPkts(t, ps, pkt{bth.OpReadRequest, 2, true, 0})
+	if r := ps[0].RETH(); r.VA() != 0x70000+512 || r.DMALen() != 1000-512 {
+		t.Errorf("RETH va %#x len %d", r.VA(), r.DMALen())
+	}
+	if c := n.qp.Counters(); c.LocalAckTimeoutErr != 1 {
+		t.Errorf("counters %+v", *c)
+	}
+}
+
+func TestSharedCounters(t *testing.T) {
+	c := &Counters{}
+	env := Env{Mem: &fakeMem{}, Out: &recOut{t: t}, Sink: &recSink{}, Counters: c}
+	q, err := New(Caps{Type: RC, QPN: 5, MaxSendWR: 1}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Counters() != c {
+		t.Fatal("Counters does not return the shared block")
+	}
+}

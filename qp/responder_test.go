@@ -475,3 +475,59 @@ func TestRNRTimerCodeSent(t *testing.T) {
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 0, true, nil, nil))
 	wantAck(t, n.out.take(), 0, bth.RNRSyndrome(20), 0)
 }
+
+func TestResponderRemoteOperationalError(t *testing.T) {
+	n := respNode(t, 0)
+	// A receive whose buffer key is not valid on the responder.
+	if err := n.qp.PostRecv(&RecvWR{ID: 1, SG: []SGE{{Addr: 0x10000, Length: 100, LKey: 55}}}); err != nil {
+		t.Fatal(err)
+	}
+	n.qp.Receive(0, req(t, bth.OpSendOnly, 0, true, []byte("data"), nil))
+	wantAck(t, n.out.take(), 0, bth.SyndromeRemoteOpError, 0)
+	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Status: WCLocProtErr, Opcode: WCRecv})
+	if n.qp.State() != StateErr {
+		t.Errorf("state %s", n.qp.State())
+	}
+}
+
+func TestResponderWriteOnlyImmRNR(t *testing.T) {
+	n := respNode(t, 0)
+	dst, key := n.buf(64, 0x20000, 0)
+	p := req(t, bth.OpWriteOnlyImm, 0, true, []byte("abcd"), func(h *bth.Headers) {
+		h.VA, h.RKey, h.DMALen, h.Imm = 0x20000, key, 4, 3
+	})
+	n.qp.Receive(0, p)
+	wantAck(t, n.out.take(), 0, bth.RNRSyndrome(12), 0)
+	if string(dst[:4]) == "abcd" {
+		t.Error("data written before the receive was available")
+	}
+	n.recv(t, 1, 0x20000, 0, key)
+	n.qp.Receive(0, p)
+	wantAck(t, n.out.take(), 0, bth.SyndromeACKNoCredits, 1)
+	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Opcode: WCRecvRDMAImm})
+	if string(dst[:4]) != "abcd" || n.sink.recv[0].Imm != 3 {
+		t.Error("WRITE_ONLY_WITH_IMMEDIATE")
+	}
+}
+
+func TestResponderForgottenDuplicates(t *testing.T) {
+	// With one resource, a second READ replaces the first: a duplicate of
+	// the first can no longer be answered and is dropped; so is a
+	// duplicate atomic whose result was replaced.
+	o := defaultConn()
+	o.destRdAtomic = 1
+	n := single(t, Caps{}, o)
+	_, key := n.buf(64, 0x20000, 0)
+	n.qp.Receive(0, req(t, bth.OpFetchAdd, 0, true, nil, func(h *bth.Headers) { h.AtomicVA, h.AtomicRKey, h.SwapAdd = 0x20000, key, 1 }))
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 1, true, nil, reth(0x20000, key, 8)))
+	n.out.take()
+	n.qp.Receive(0, req(t, bth.OpFetchAdd, 0, true, nil, func(h *bth.Headers) { h.AtomicVA, h.AtomicRKey, h.SwapAdd = 0x20000, key, 1 }))
+	if ps := n.out.take(); len(ps) != 0 {
+		t.Fatalf("answered a forgotten atomic: %v", describe(ps))
+	}
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 1, true, nil, reth(0x20000, key, 8)))
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRespOnly, 1, false, 8})
+	if c := n.qp.Counters(); c.DuplicateRequest != 2 || c.DroppedPkts != 1 {
+		t.Errorf("counters %+v", *c)
+	}
+}
