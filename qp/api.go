@@ -36,7 +36,19 @@
 // the rest with WCWRFlushErr, signaled or not (as rdma_rxe does).
 // Unsignaled requests that succeed produce no completion unless
 // Caps.SignalAll is set, but retire in order. A READ or atomic with
-// max_rd_atomic 0 completes with WCLocQPOpErr.
+// max_rd_atomic 0 completes with WCLocQPOpErr. Responder errors follow
+// rdma_rxe: the receive in progress completes with WCLocLenErr (buffer
+// too small), WCLocProtErr (bad buffer key), WCRemAccessErr or
+// WCRemInvReqErr, the requester gets the matching NAK and the QP enters
+// ERR. UC drops a broken message silently; UD drops datagrams with a
+// wrong Q_Key (counted in QKeyViolation) or without a posted receive.
+//
+// # Files
+//
+// modify.go holds the state machine and the attribute table, queue.go the
+// work queue rings and the SRQ, requester.go segmentation and
+// transmission, completer.go acknowledgements, retransmission and
+// timers, responder.go the RC and UC receive side, ud.go UD reception.
 package qp
 
 import (
