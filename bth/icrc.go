@@ -34,7 +34,7 @@ func ICRCv4(ip, udp, ib []byte) uint32 {
 	h[26], h[27] = 0xff, 0xff // UDP checksum
 	copy(h[28:40], ib[:BTHLen])
 	h[28+4] = 0xff // BTH FECN/BECN/Resv6
-	return crc32.Update(crcSlicing8(crcFF8, h[:]), crc32.IEEETable, ib[BTHLen:])
+	return icrcRest(crcSlicing(crcFF8, h[:]), ib[BTHLen:])
 }
 
 // ICRCv6 computes the ICRC of a RoCEv2 packet over IPv6 (udp non-nil) or
@@ -54,7 +54,7 @@ func ICRCv6(ip, udp, ib []byte) uint32 {
 	}
 	copy(h[n:n+BTHLen], ib[:BTHLen])
 	h[n+4] = 0xff
-	return crc32.Update(crcSlicing8(crcFF8, h[:n+BTHLen]), crc32.IEEETable, ib[BTHLen:])
+	return icrcRest(crcSlicing(crcFF8, h[:n+BTHLen]), ib[BTHLen:])
 }
 
 // The masked headers live in a stack array. Handing that array to
@@ -65,14 +65,24 @@ func ICRCv6(ip, udp, ib []byte) uint32 {
 // the bulk of the packet, go to crc32.Update and its carry-less
 // multiplication code.
 
-// slicing8 holds the tables of the IEEE CRC-32 processed eight bytes at
-// a time: slicing8[0] is the usual byte table, slicing8[k][b] the CRC of
-// byte b followed by k zero bytes.
-var slicing8 = func() (t [8][256]uint32) {
+// icrcRest continues crc over the transport bytes after the BTH. Below
+// 64 bytes crc32 would walk byte tables like crcSlicing, only behind
+// a dispatch, so short packets (ACKs, atomics, small sends) stay here.
+func icrcRest(crc uint32, rest []byte) uint32 {
+	if len(rest) < 64 {
+		return crcSlicing(crc, rest)
+	}
+	return crc32.Update(crc, crc32.IEEETable, rest)
+}
+
+// slicing holds the tables of the IEEE CRC-32 processed 16 bytes at a
+// time: slicing[0] is the usual byte table, slicing[k][b] the CRC of byte
+// b followed by k zero bytes.
+var slicing = func() (t [16][256]uint32) {
 	t[0] = *crc32.IEEETable
 	for i := 0; i < 256; i++ {
 		c := t[0][i]
-		for k := 1; k < 8; k++ {
+		for k := 1; k < 16; k++ {
 			c = t[0][c&0xff] ^ c>>8
 			t[k][i] = c
 		}
@@ -80,15 +90,25 @@ var slicing8 = func() (t [8][256]uint32) {
 	return t
 }()
 
-// crcSlicing8 is crc32.Update(crc, crc32.IEEETable, p) for short inputs
+// crcSlicing is crc32.Update(crc, crc32.IEEETable, p) for short inputs
 // that must not escape.
-func crcSlicing8(crc uint32, p []byte) uint32 {
-	t := &slicing8
+func crcSlicing(crc uint32, p []byte) uint32 {
+	t := &slicing
 	crc = ^crc
-	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint32(p)
-		crc = t[7][crc&0xff] ^ t[6][crc>>8&0xff] ^ t[5][crc>>16&0xff] ^ t[4][crc>>24] ^
-			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
+	for len(p) >= 16 {
+		q := p[:16]
+		crc ^= binary.LittleEndian.Uint32(q)
+		crc = t[15][byte(crc)] ^ t[14][byte(crc>>8)] ^ t[13][byte(crc>>16)] ^ t[12][crc>>24] ^
+			t[11][q[4]] ^ t[10][q[5]] ^ t[9][q[6]] ^ t[8][q[7]] ^
+			t[7][q[8]] ^ t[6][q[9]] ^ t[5][q[10]] ^ t[4][q[11]] ^
+			t[3][q[12]] ^ t[2][q[13]] ^ t[1][q[14]] ^ t[0][q[15]]
+		p = p[16:]
+	}
+	if len(p) >= 8 {
+		q := p[:8]
+		crc ^= binary.LittleEndian.Uint32(q)
+		crc = t[7][byte(crc)] ^ t[6][byte(crc>>8)] ^ t[5][byte(crc>>16)] ^ t[4][crc>>24] ^
+			t[3][q[4]] ^ t[2][q[5]] ^ t[1][q[6]] ^ t[0][q[7]]
 		p = p[8:]
 	}
 	for _, b := range p {
