@@ -34,8 +34,10 @@ func readFrames(rd io.Reader, fn func(n int, f *Frame)) error {
 		return err
 	}
 	var linkErr error
+	var f Frame
 	for n := 1; ; n++ {
-		f, err := r.Next()
+		var err error
+		f, err = r.Next()
 		switch {
 		case err == io.EOF:
 			return linkErr

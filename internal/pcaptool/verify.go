@@ -428,7 +428,8 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 	case isRead:
 		r.reads = append(r.reads, readReq{psn: psn, dmaLen: dma, n: consumed, frame: n, nextResp: psn})
 		if len(r.reads) > 64 {
-			r.reads = r.reads[1:]
+			r.reads = r.reads[:copy(r.reads, r.reads[1:])]
+			r.pendRead = max(r.pendRead-1, 0)
 		}
 		if consumed == 0 {
 			r.pendRead = len(r.reads)
@@ -440,7 +441,7 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 	case info.Kind == bth.KindCompareSwap || info.Kind == bth.KindFetchAdd:
 		r.atomics = append(r.atomics, msgEnd{psn, n})
 		if len(r.atomics) > 64 {
-			r.atomics = r.atomics[1:]
+			r.atomics = r.atomics[:copy(r.atomics, r.atomics[1:])]
 		}
 		r.next = psn.Next()
 		r.ends = append(r.ends, msgEnd{psn, n})
@@ -451,7 +452,7 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 		}
 	}
 	if len(r.ends) > 4096 {
-		r.ends = r.ends[len(r.ends)-4096:]
+		r.ends = r.ends[:copy(r.ends, r.ends[len(r.ends)-4096:])]
 		r.gapAt = n
 	}
 }
@@ -465,7 +466,8 @@ func (v *Verifier) settleRead(r *reqState, psn bth.PSN, n int, fl *qpFlow) {
 	if d <= 0 || d > 1<<22 {
 		return // a retransmission or a gap: nothing to learn
 	}
-	var fit []int
+	var fitBuf [len(pathMTUs)]int
+	fit := fitBuf[:0]
 	for _, m := range pathMTUs {
 		if psnCount(rd.dmaLen, m) == d {
 			fit = append(fit, m)
@@ -741,7 +743,7 @@ func (v *Verifier) response(rec *Record, fl *qpFlow) {
 		for k < len(r.ends) && r.ends[k].psn.Sub(s.ackPSN) <= 0 {
 			k++
 		}
-		r.ends = r.ends[k:]
+		r.ends = r.ends[:copy(r.ends, r.ends[k:])]
 	}
 }
 
