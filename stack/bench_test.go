@@ -234,22 +234,28 @@ func BenchmarkRCWrite64KDrop5(b *testing.B) {
 }
 
 // BenchmarkIdleQPHeap reports the heap an idle, connected RC QP costs
-// (both ends counted separately), for 10,000 QPs on one device, with one
-// send and one receive slot each and with 128 of each.
+// (both ends counted), for 10,000 QP pairs on two devices: with one send
+// and one receive slot and one READ/atomic resource each way (rd), with
+// 128 slots, and with 16 resources. "fixed-B/qp" estimates what a QP
+// costs beyond its work-queue slots: the first figure less one slot's
+// share of the difference between the first two.
 func BenchmarkIdleQPHeap(b *testing.B) {
-	for _, wr := range []int{1, 128} {
-		b.Run(fmt.Sprintf("wr=%d", wr), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				perQP := idleQPHeap(b, 10000, wr)
-				b.ReportMetric(perQP, "B/qp")
-			}
-		})
+	const n = 10000
+	for i := 0; i < b.N; i++ {
+		one := idleQPHeap(b, n, 1, 1)
+		wr128 := idleQPHeap(b, n, 128, 1)
+		rd16 := idleQPHeap(b, n, 1, 16)
+		slot := (wr128 - one) / 127
+		b.ReportMetric(one, "B/qp")
+		b.ReportMetric(wr128, "wr128-B/qp")
+		b.ReportMetric(rd16, "rd16-B/qp")
+		b.ReportMetric(one-slot, "fixed-B/qp")
 	}
 }
 
 // idleQPHeap creates n connected RC pairs on two Manual devices, checks
 // that each works, and returns the heap per QP.
-func idleQPHeap(tb testing.TB, n, wr int) float64 {
+func idleQPHeap(tb testing.TB, n, wr int, rd uint8) float64 {
 	s := newSimPair(tb, 9000, nil)
 	A, B := newSide(tb, s.a, 1<<16, 2*n+16), newSide(tb, s.b, 1<<16, 2*n+16)
 	var ms0, ms1 runtime.MemStats
@@ -266,7 +272,7 @@ func idleQPHeap(tb testing.TB, n, wr int) float64 {
 		if qbs[i], err = B.pd.CreateQP(init); err != nil {
 			tb.Fatal(err)
 		}
-		connect(tb, qas[i], qbs[i], 1, PSN(i), PSN(i*7), AccessRemoteWrite)
+		connectRd(tb, qas[i], qbs[i], 1, PSN(i), PSN(i*7), AccessRemoteWrite, rd)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)

@@ -19,6 +19,7 @@ type Counters struct {
 	RcvSteered     uint64 // rcv_steered: frames handed from one queue's engine to another's
 	RcvSteerDrop   uint64 // rcv_steer_drop: such frames dropped for a full hand-off queue
 	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
+	AckCoalesced   uint64 // ack_coalesced: ACKs merged into a later one before sending
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
 	QP             qp.Counters
 }
@@ -40,6 +41,7 @@ func (d *Device) Counters() Counters {
 		c.RcvSteered += p.rcvSteered.Load()
 		c.RcvSteerDrop += p.rcvSteerDrop.Load()
 		c.TxEncodeErr += p.txEncodeErr.Load()
+		c.AckCoalesced += p.ackCoalesced.Load()
 	}
 	c.CQOverrun = d.cqOverrun.Load()
 	d.retiredMu.Lock()
@@ -71,6 +73,7 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	f("rcv_steered", c.RcvSteered)
 	f("rcv_steer_drop", c.RcvSteerDrop)
 	f("tx_encode_err", c.TxEncodeErr)
+	f("ack_coalesced", c.AckCoalesced)
 	f("cq_overrun", c.CQOverrun)
 	EachQPCounter(&c.QP, func(name string, v uint64) {
 		if name != "sent_pkts" && name != "rcvd_pkts" {

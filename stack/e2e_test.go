@@ -79,6 +79,12 @@ func (s *simPair) run(t testing.TB, done func() bool) {
 // other, with GIDs of index gid.
 func connect(t testing.TB, qa, qb *QP, gid int, psnA, psnB PSN, access Access) {
 	t.Helper()
+	connectRd(t, qa, qb, gid, psnA, psnB, access, 16)
+}
+
+// connectRd is connect with rd READ/atomic resources each way.
+func connectRd(t testing.TB, qa, qb *QP, gid int, psnA, psnB PSN, access Access, rd uint8) {
+	t.Helper()
 	da, db := qa.dev, qb.dev
 	for _, c := range []struct {
 		q, peer *QP
@@ -90,10 +96,10 @@ func connect(t testing.TB, qa, qb *QP, gid int, psnA, psnB PSN, access Access) {
 			t.Fatal(err)
 		}
 		if err := c.q.ToRTR(RTRAttr{DestQPN: c.peer.QPN(), AH: AHAttr{DGID: dgid, SGIDIndex: gid},
-			RQPSN: c.rq, MaxDestRdAtomic: 16, MinRNRTimer: 1}); err != nil {
+			RQPSN: c.rq, MaxDestRdAtomic: rd, MinRNRTimer: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.q.ToRTS(RTSAttr{SQPSN: c.sq, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+		if err := c.q.ToRTS(RTSAttr{SQPSN: c.sq, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: rd}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,8 +146,9 @@ func pollN(t testing.TB, s *simPair, cq *CQ, n int) []WC {
 	var got []WC
 	wcs := make([]WC, 16)
 	s.run(t, func() bool {
-		k := cq.Poll(wcs)
-		got = append(got, wcs[:k]...)
+		for k := cq.Poll(wcs); k > 0; k = cq.Poll(wcs) {
+			got = append(got, wcs[:k]...)
+		}
 		return len(got) >= n
 	})
 	return got
@@ -273,4 +280,10 @@ func TestUDAndUC(t *testing.T) {
 	if wa[0].Status != 0 || wb[0].Imm != 77 || !bytes.Equal(B.buf[10000:14000], A.buf[2000:6000]) {
 		t.Fatalf("uc: %+v %+v", wa[0], wb[0])
 	}
+}
+
+// TestManyQPs connects 10,000 RC QP pairs on two devices and runs a WRITE
+// on every one of them.
+func TestManyQPs(t *testing.T) {
+	t.Logf("%.0f bytes of heap per idle qp", idleQPHeap(t, 10000, 1, 1))
 }

@@ -37,7 +37,8 @@ type engine struct {
 	tx       [][]byte // frames ready to transmit: tx[i] is txBufs[i][:len]
 	txBufs   [][]byte
 	txN      int
-	txFull   bool // the link refused frames: wait for Poll
+	txFull   bool   // the link refused frames: wait for Poll
+	txGen    uint64 // changes whenever the batch is flushed
 	frameMax int
 	window   int   // Config.SendWindow
 	cur      *QP   // the QP whose lock is held
@@ -53,13 +54,13 @@ type engine struct {
 type engineCounters struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       uint64
-	rcvSteered, rcvSteerDrop                                                 uint64
+	rcvSteered, rcvSteerDrop, ackCoalesced                                   uint64
 }
 
 type engineCountersAtomic struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported atomic.Uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       atomic.Uint64
-	rcvSteered, rcvSteerDrop                                                 atomic.Uint64
+	rcvSteered, rcvSteerDrop, ackCoalesced                                   atomic.Uint64
 }
 
 func (p *engineCountersAtomic) publish(c *engineCounters) {
@@ -75,6 +76,7 @@ func (p *engineCountersAtomic) publish(c *engineCounters) {
 	p.txEncodeErr.Store(c.txEncodeErr)
 	p.rcvSteered.Store(c.rcvSteered)
 	p.rcvSteerDrop.Store(c.rcvSteerDrop)
+	p.ackCoalesced.Store(c.ackCoalesced)
 }
 
 // wireTransport maps QP types to the transport of their opcodes.
@@ -412,9 +414,24 @@ func (d *Device) ours(p *bth.Packet) bool {
 	return false
 }
 
-// send encodes one packet into the transmit batch (qp.Output of the
-// engine's QPs).
-func (e *engine) send(h *bth.Headers, payload []byte) bool {
+// send encodes one packet of q into the transmit batch (qp.Output of
+// the engine's QPs).
+//
+// A plain ACK replaces the QP's previous one when that is still the
+// QP's latest frame in the batch: the later ACK acknowledges everything
+// the earlier one did (IBTA 9.7.5.1.1 lets a responder coalesce ACKs),
+// and a batch of small requests then costs one ACK, not one per request.
+func (e *engine) send(q *QP, h *bth.Headers, payload []byte) bool {
+	ack := h.BTH.Opcode == bth.OpAck && h.Syndrome.Kind() == bth.AckKindACK
+	if ack && q.txGen == e.txGen && q.txAck {
+		slot := q.txSlot
+		buf := e.txBufs[slot]
+		if n, err := bth.Encode(buf, h, payload); err == nil {
+			e.tx[slot] = buf[:n]
+			e.c.ackCoalesced++
+			return true
+		}
+	}
 	if e.txN == len(e.txBufs) && !e.flush() {
 		return false
 	}
@@ -425,12 +442,14 @@ func (e *engine) send(h *bth.Headers, payload []byte) bool {
 		return true // a packet that cannot be built is dropped, not retried
 	}
 	e.tx[e.txN] = buf[:n]
+	q.txGen, q.txSlot, q.txAck = e.txGen, e.txN, ack
 	e.txN++
 	return true
 }
 
 // flush transmits the batch and reports whether the link took all of it.
 func (e *engine) flush() bool {
+	e.txGen++ // frames move: no coalescing into them any more
 	sent := e.link.Transmit(e.tx[:e.txN])
 	e.c.sentPkts += uint64(sent)
 	rem := e.txN - sent

@@ -156,17 +156,19 @@ type QP struct {
 	ah        AHAttr     // last address vector set
 	peer      netip.Addr // connected peer's address, checked on receive
 	local     netip.Addr // our address on the path
-	swr       qp.SendWR  // scratch for PostSend
 	acked     PSN        // RC: highest PSN the peer acknowledged (send window)
 	winFull   bool       // RC: a request did not fit the send window
 	out       qpOutput
 	sink      qpSink
 
 	// Owned by the engine goroutine.
-	heapIdx  int  // index in the timer heap, -1 when not armed
-	deadline Time // armed deadline
-	active   bool // in the engine's list of QPs to pump
-	busy     bool // had packets to send when last released
+	heapIdx  int    // index in the timer heap, -1 when not armed
+	deadline Time   // armed deadline
+	active   bool   // in the engine's list of QPs to pump
+	busy     bool   // had packets to send when last released
+	txGen    uint64 // engine batch of the QP's latest frame ...
+	txSlot   int    // ... its index there ...
+	txAck    bool   // ... and whether it is a plain ACK
 
 	kicked bool // guarded by eng.kickMu
 }
@@ -483,8 +485,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	if err := q.check("post send"); err != nil {
 		return err
 	}
-	s := &q.swr
-	*s = qp.SendWR{
+	s := &qp.SendWR{
 		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
@@ -497,9 +498,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	} else if q.init.Type == UD {
 		return fmt.Errorf("ud work request without address handle: %w", ErrInvalidWR)
 	}
-	err := q.q.PostSend(q.dev.clock.Now(), s)
-	s.SG, s.AH = nil, nil
-	return err
+	return q.q.PostSend(q.dev.clock.Now(), s)
 }
 
 // PostRecv posts a receive work request (ibv_post_recv). A QP attached to
@@ -591,7 +590,7 @@ func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
 			h.BTH.AckReq = true
 		}
 	}
-	return q.eng.send(h, payload)
+	return q.eng.send(q, h, payload)
 }
 
 // qpSink routes a QP's completions to its CQs.
