@@ -329,8 +329,19 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `{"frame":`...)
 	b = strconv.AppendInt(b, int64(r.Frame), 10)
 	if !r.Time.IsZero() {
+		// Seconds with nanosecond digits, written exactly (a float64
+		// holds about 16 significant digits, a timestamp needs 19).
 		b = append(b, `,"time":`...)
-		b = strconv.AppendFloat(b, float64(r.Time.UnixNano())/1e9, 'f', 9, 64)
+		sec, ns := r.Time.Unix(), r.Time.Nanosecond()
+		if sec < 0 && ns > 0 {
+			b = append(b, '-')
+			sec, ns = -sec-1, 1e9-ns
+		}
+		b = strconv.AppendInt(b, sec, 10)
+		b = append(b, '.')
+		var tmp [16]byte
+		frac := strconv.AppendInt(tmp[:0], int64(ns)+1e9, 10)
+		b = append(b, frac[1:]...)
 	}
 	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, int64(p.Version), 10)

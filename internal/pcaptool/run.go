@@ -76,7 +76,9 @@ func RunDecode(w, errw io.Writer, paths []string, jsonOut bool) int {
 		if err != nil {
 			bw.Flush()
 			fmt.Fprintf(errw, "uroce pcap decode: %s: %v\n", path, err)
-			code = max(code, exitFor(err))
+			if !errors.Is(err, ErrLinkType) { // frames of other link types are only skipped
+				code = max(code, exitFor(err))
+			}
 		}
 	}
 	return code
