@@ -1,0 +1,218 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	pt "github.com/uroce/uroce/internal/oob/perftest"
+)
+
+// Defaults and limits of perftest 4.5 (perftest_parameters.h).
+const (
+	DefaultSizeBW     = 65536
+	DefaultSizeLat    = 2
+	DefaultSizeAtomic = 8
+	DefaultItersWB    = 5000 // ib_write_bw
+	DefaultIters      = 1000
+	DefaultTxBW       = 128
+	DefaultTxLat      = 1
+	DefaultRxSend     = 512
+	DefaultCQMod      = 100
+	DefaultQPTimeout  = 14
+	// MaxSize is the largest message, and the size -a allocates for.
+	MaxSize = 8388608
+	// cqModSizeLimit: above it CQ moderation is off unless asked for.
+	cqModSizeLimit = 8192
+	minIters       = 5
+	maxTx          = 15000
+	maxRx          = 16384
+	maxCQMod       = 1024
+	maxQPs         = 16384
+	minRNRTimer    = 12
+	addValue       = 1 // ATOMIC_ADD_VALUE
+	swapValue      = 0 // ATOMIC_SWAP_VALUE
+)
+
+// AutoGID asks for the device's best GID: the first IPv4 one, as perftest
+// picks without -x.
+const AutoGID = -1
+
+// Config selects the tool and its options (the stock flags in comments);
+// zero values take perftest's defaults.
+type Config struct {
+	Tool   pt.Tool
+	Client bool // a server name was given
+
+	Size     uint64 // -s
+	Iters    int    // -n
+	All      bool   // -a: every size from 2 to 8 MiB
+	MTU      int    // -m, bytes; 0: the port's active MTU
+	GIDIndex int    // -x; AutoGID picks the first IPv4 GID
+	QPs      int    // -q
+	TxDepth  int    // -t
+	RxDepth  int    // -r
+	CQMod    int    // -Q
+	OutReads int    // -o (read, atomic); 0: the device's maximum
+	// QPTimeout is -u (default 14).
+	QPTimeout int
+	// CmpSwap is -A CMP_AND_SWAP (ib_atomic_bw); FETCH_AND_ADD otherwise.
+	CmpSwap bool
+	// Gbits is --report_gbits.
+	Gbits bool
+
+	// uroce's own options.
+	//
+	// BadRKey makes a client use, and a server advertise, an R_Key its
+	// peer's region does not have: every RDMA operation fails with a
+	// remote access error.
+	BadRKey bool
+	// SetRNRRetry replaces the rnr_retry of 7 the tools set with
+	// RNRRetry (0–7).
+	SetRNRRetry bool
+	RNRRetry    uint8
+	// InfiniteRetry gives retry_cnt 7 rdma_rxe's meaning (retry forever).
+	InfiniteRetry bool
+
+	// Device is the name printed as the device (the interface).
+	Device string
+	// Connect opens the exchange connection: the server accepts one, the
+	// client dials.
+	Connect func(ctx context.Context) (net.Conn, error)
+	// Stdout and Stderr receive what the tool prints (nil: discarded).
+	Stdout, Stderr io.Writer
+
+	// set by normalize
+	reqCQMod bool
+	sizes    []uint64
+}
+
+// Sizes returns the message sizes of the measured runs.
+func (c *Config) Sizes() []uint64 { return c.sizes }
+
+// ErrUnsupported is returned for options the stock tools have and this
+// implementation does not.
+var ErrUnsupported = errors.New("not supported")
+
+func (c *Config) verb() pt.Verb { return c.Tool.Verb() }
+
+// normalize applies the defaults and perftest's force_dependecies for the
+// options implemented here.
+func (c *Config) normalize() error {
+	if !c.Tool.Valid() {
+		return fmt.Errorf("unknown tool %d", int(c.Tool))
+	}
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	if c.Connect == nil {
+		return errors.New("no connect function")
+	}
+	bw := c.Tool.BW()
+	verb := c.verb()
+	if c.Size == 0 {
+		switch {
+		case verb == pt.Atomic:
+			c.Size = DefaultSizeAtomic
+		case bw:
+			c.Size = DefaultSizeBW
+		default:
+			c.Size = DefaultSizeLat
+		}
+	}
+	if c.Iters == 0 {
+		c.Iters = DefaultIters
+		if c.Tool == pt.WriteBW {
+			c.Iters = DefaultItersWB
+		}
+	}
+	if c.TxDepth == 0 {
+		c.TxDepth = DefaultTxLat
+		if bw {
+			c.TxDepth = DefaultTxBW
+		}
+	}
+	if c.RxDepth == 0 {
+		c.RxDepth = 1
+		if verb == pt.Send {
+			c.RxDepth = DefaultRxSend
+		}
+	}
+	if c.CQMod == 0 {
+		c.CQMod = DefaultCQMod
+	} else {
+		c.reqCQMod = true
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.QPTimeout == 0 {
+		c.QPTimeout = DefaultQPTimeout
+	}
+	switch {
+	case c.Size < 1 || c.Size > 1<<31-1:
+		return fmt.Errorf("message size %d: should be between 1 and %d", c.Size, uint64(1<<31-1))
+	case c.Iters < minIters:
+		return fmt.Errorf("iterations %d: at least %d", c.Iters, minIters)
+	case c.TxDepth < 1 || c.TxDepth > maxTx:
+		return fmt.Errorf("tx depth %d: want 1 to %d", c.TxDepth, maxTx)
+	case c.RxDepth < 1 || c.RxDepth > maxRx:
+		return fmt.Errorf("rx depth %d: want 1 to %d", c.RxDepth, maxRx)
+	case verb != pt.Send && c.RxDepth > 1:
+		return errors.New("on RDMA verbs rx depth can be only 1")
+	case c.CQMod < 1 || c.CQMod > maxCQMod:
+		return fmt.Errorf("CQ moderation %d: want 1 to %d", c.CQMod, maxCQMod)
+	case c.QPs < 1 || c.QPs > maxQPs:
+		return fmt.Errorf("num of QPs %d: want 1 to %d", c.QPs, maxQPs)
+	case c.MTU != 0 && pt.MTUFromBytes(c.MTU) == 0:
+		return fmt.Errorf("invalid MTU %d: choose from {256,512,1024,2048,4096}", c.MTU)
+	case c.QPTimeout < 0 || c.QPTimeout > 31:
+		return fmt.Errorf("qp timeout %d: want 0 to 31", c.QPTimeout)
+	case c.SetRNRRetry && c.RNRRetry > 7:
+		return fmt.Errorf("rnr retry %d: want 0 to 7", c.RNRRetry)
+	case c.OutReads < 0:
+		return fmt.Errorf("outstanding reads %d", c.OutReads)
+	}
+	// force_dependecies
+	if c.TxDepth > c.Iters {
+		c.TxDepth = c.Iters
+	}
+	if verb == pt.Send && c.RxDepth > c.Iters {
+		c.RxDepth = c.Iters
+	}
+	if c.Size > cqModSizeLimit && !c.All && !c.reqCQMod {
+		c.CQMod = 1
+	}
+	if c.CQMod > c.TxDepth {
+		c.CQMod = c.TxDepth
+	}
+	if c.All {
+		c.Size = MaxSize
+	}
+	if verb == pt.Atomic && c.Size != DefaultSizeAtomic {
+		return errors.New("message size cannot be changed for Atomic tests")
+	}
+	c.sizes = []uint64{c.Size}
+	if c.All {
+		c.sizes = pt.AllSizes()
+	}
+	return nil
+}
+
+// bufSize is perftest's BUFF_SIZE: the message size, at least a cycle
+// buffer.
+func bufSize(size uint64, cycle uint32) uint64 { return max(size, uint64(cycle)) }
+
+// inc is perftest's INC: the step between messages in a cycle buffer.
+func inc(size uint64, cacheLine uint32) uint64 {
+	cl := uint64(cacheLine)
+	if size > cl {
+		return (size + cl - 1) / cl * cl
+	}
+	return cl
+}

@@ -1,0 +1,43 @@
+// Package perftest runs perftest's RDMA tools on a uroce device, wire
+// compatible with Debian 12's perftest 4.5-0.17: ib_write_bw, ib_read_bw,
+// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat and ib_send_lat over
+// RC, in either role. It is the library behind "uroce perf".
+//
+// The out-of-band exchange (versions, MTU, keys, barriers, reports) is
+// package internal/oob/perftest; this package does the RDMA part the way
+// perftest does it, because what goes on the wire depends on it:
+//
+//   - one buffer per test of INC(BUFF_SIZE(size, cycle buffer)) × 2 × QPs
+//     bytes (message size, at least the agreed cycle buffer, rounded up to
+//     the agreed cache line): QP i sends from offset i × BUFF_SIZE and
+//     offers offset (QPs + i) × BUFF_SIZE to the peer (its key's VA);
+//   - messages up to half a cycle buffer step through it, INC bytes at a
+//     time, on both the local and the remote side, wrapping at the cycle
+//     buffer, so RETH and AtomicETH addresses follow perftest's pattern;
+//   - QP attributes: access rights by verb, path MTU agreed, max_dest_rd_atomic
+//     this side's outstanding reads (1, or the device maximum for read and
+//     atomic), min_rnr_timer 12, timeout 14 (-u), retry_cnt 7, rnr_retry 7,
+//     max_rd_atomic the peer's outstanding reads; servers of the bandwidth
+//     tests stay in RTR;
+//   - bandwidth clients keep tx_depth requests in flight, signalling every
+//     cq_mod-th and the last; ib_send_bw's server posts rx_depth receives
+//     and reposts while messages are due; ib_write_lat's sides ping-pong
+//     RDMA WRITEs (the server first) and watch their memory for the peer's
+//     count in the last byte; ib_read_lat's client reads one message at a
+//     time; ib_send_lat's sides ping-pong SENDs (the client first);
+//   - the reports are computed as perftest's print_report_bw and
+//     print_report_lat do, from the post and completion times (here from
+//     the monotonic clock instead of the CPU's cycle counter, so -F changes
+//     nothing), and printed in perftest's tables.
+//
+// Not implemented: bidirectional tests (-b), duration mode (-D), UC and UD
+// connections (-c), SRQ, post lists (-l), RDMA CM (-R), events (-e is
+// accepted: uroce always sleeps on its completion queues), inline data
+// (uroce reports 0) and ib_atomic_lat.
+//
+// uroce's own options: Config.BadRKey makes every RDMA operation of the
+// test hit a key the peer does not have (a remote access error case),
+// Config.SetRNRRetry replaces the rnr_retry of 7 (an RNR case with a
+// finite retry count), Config.InfiniteRetry gives retry_cnt 7 rdma_rxe's
+// meaning.
+package perftest

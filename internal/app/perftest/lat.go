@@ -1,0 +1,168 @@
+package perftest
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/stack"
+)
+
+// pollOne waits for one completion on cq.
+func (s *session) pollOne(cq *stack.CQ) (stack.WC, error) {
+	for {
+		if cq.Poll(s.wcs[:1]) == 1 {
+			return s.wcs[0], nil
+		}
+		if err := cq.Wait(s.ctx); err != nil {
+			return stack.WC{}, fmt.Errorf("poll CQ failed: %w", err)
+		}
+	}
+}
+
+// waitByte waits until the byte at off of the buffer reads want: the peer
+// writes it with RDMA WRITE, as ib_write_lat's peers poll their memory.
+// QP.Counters takes the QP's lock, under which the engine writes incoming
+// data into the buffer: reading the byte after it sees every write the
+// engine finished.
+func (s *session) waitByte(q *stack.QP, off uint64, want byte) error {
+	for spins := 0; ; spins++ {
+		q.Counters()
+		if s.buf[off] == want {
+			return nil
+		}
+		if err := s.ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for the peer's write: %w", err)
+		}
+		if q.State() == stack.StateErr {
+			return fmt.Errorf("waiting for the peer's write: qp %#x is in the error state", q.QPN())
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// runLatWrite is ib_write_lat's run (run_iter_lat_write), on both sides:
+// each side writes the message with its last byte set to its send count,
+// and waits for the peer's write of its receive count in its own memory.
+// The server writes first.
+func (s *session) runLatWrite(size uint64) ([]int64, error) {
+	cfg := &s.cfg
+	iters := uint64(cfg.Iters)
+	q := s.qps[0]
+	postOff := size - 1
+	pollOff := uint64(cfg.QPs)*s.buffSize + size - 1
+	posted := make([]int64, iters)
+	var scnt, ccnt, rcnt uint64
+	for scnt < iters || ccnt < iters || rcnt < iters {
+		if rcnt < iters && !(scnt < 1 && !cfg.Client) {
+			rcnt++
+			if err := s.waitByte(q, pollOff, byte(rcnt)); err != nil {
+				return nil, err
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = s.now()
+			scnt++
+			s.buf[postOff] = byte(scnt)
+			wr := s.opWR(0, s.mr.Addr(), s.remote[0].VAddr, size)
+			wr.Flags = stack.SendSignaled
+			if err := q.PostSend(&wr); err != nil {
+				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+		}
+		if ccnt < iters {
+			wc, err := s.pollOne(s.sendCQ)
+			if err != nil {
+				return nil, err
+			}
+			if wc.Status != qp.WCSuccess {
+				return nil, s.sendFailed(&wc, scnt, ccnt)
+			}
+			ccnt++
+		}
+	}
+	return posted, nil
+}
+
+// runLatRead is ib_read_lat's client run (run_iter_lat): one signaled
+// READ at a time.
+func (s *session) runLatRead(size uint64) ([]int64, error) {
+	iters := uint64(s.cfg.Iters)
+	q := s.qps[0]
+	posted := make([]int64, iters)
+	for scnt := uint64(0); scnt < iters; {
+		posted[scnt] = s.now()
+		scnt++
+		wr := s.opWR(0, s.mr.Addr(), s.remote[0].VAddr, size)
+		wr.Flags = stack.SendSignaled
+		if err := q.PostSend(&wr); err != nil {
+			return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+		}
+		wc, err := s.pollOne(s.sendCQ)
+		if err != nil {
+			return nil, err
+		}
+		if wc.Status != qp.WCSuccess {
+			return nil, s.sendFailed(&wc, scnt, scnt)
+		}
+	}
+	return posted, nil
+}
+
+// runLatSend is ib_send_lat's run (run_iter_lat_send), on both sides: the
+// client sends first; each side sends once it has received, reposting
+// receives while more messages are due.
+func (s *session) runLatSend(size uint64) ([]int64, error) {
+	cfg := &s.cfg
+	iters := uint64(cfg.Iters)
+	q := s.qps[0]
+	posted := make([]int64, iters)
+	perQP := uint64(cfg.RxDepth)
+	cqMod := uint64(cfg.CQMod)
+	var scnt, rcnt uint64
+	for scnt < iters || rcnt < iters {
+		if rcnt < iters && !(scnt < 1 && cfg.Client) {
+			wc, err := s.pollOne(s.recvCQ)
+			if err != nil {
+				return nil, err
+			}
+			if wc.Status != qp.WCSuccess {
+				return nil, s.recvFailed(&wc, rcnt)
+			}
+			rcnt++
+			if rcnt+perQP <= iters {
+				wr := stack.RecvWR{ID: 0, SG: []stack.SGE{{Addr: s.recvBase(0), Length: uint32(size), LKey: s.mr.LKey()}}}
+				if err := q.PostRecv(&wr); err != nil {
+					return nil, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
+				}
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = s.now()
+			scnt++
+			wr := s.opWR(0, s.mr.Addr(), 0, size)
+			signaled := scnt%cqMod == 0 || scnt == iters
+			if signaled {
+				wr.Flags = stack.SendSignaled
+			}
+			if err := q.PostSend(&wr); err != nil {
+				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			if signaled {
+				wc, err := s.pollOne(s.sendCQ)
+				if err != nil {
+					return nil, err
+				}
+				if wc.Status != qp.WCSuccess {
+					return nil, s.sendFailed(&wc, scnt, scnt)
+				}
+			}
+		}
+	}
+	return posted, nil
+}

@@ -1,0 +1,302 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/internal/app/apptest"
+	pt "github.com/uroce/uroce/internal/oob/perftest"
+)
+
+type side struct {
+	res      *Result
+	err      error
+	out, log bytes.Buffer
+	s        *session
+}
+
+func runPair(t *testing.T, p *apptest.Pair, srv, cli Config) (s, c *side) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ex := apptest.NewExchange(t)
+	s, c = &side{}, &side{}
+	srv.Connect, srv.Stdout, srv.Stderr, srv.Device = ex.Accept, &s.out, &s.log, "uroceA"
+	cli.Connect, cli.Stdout, cli.Stderr, cli.Device = ex.Dial, &c.out, &c.log, "uroceB"
+	cli.Client = true
+	done := make(chan struct{})
+	go func() {
+		s.res, s.err = Run(ctx, p.A, srv)
+		close(done)
+	}()
+	c.res, c.err = Run(ctx, p.B, cli)
+	if c.err != nil {
+		cancel()
+	}
+	<-done
+	return s, c
+}
+
+var (
+	bwLineRE  = regexp.MustCompile(`^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
+	latLineRE = regexp.MustCompile(`^ (\d+) +(\d+) +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\t +\d+\.\d\d +\t\d+\.\d\d *\t\t\d+\.\d\d *\t\t\d+\.\d\d *$`)
+)
+
+// results returns the result lines of a tool's output, checking the
+// frame around them.
+func results(t *testing.T, who, out string, tool pt.Tool, lat bool) []string {
+	t.Helper()
+	header := pt.BWHeader(false)
+	re := bwLineRE
+	if lat {
+		header, re = pt.LatHeader(), latLineRE
+	}
+	i := strings.Index(out, pt.ResultLine+header)
+	if i < 0 {
+		t.Fatalf("%s: no result header in:\n%s", who, out)
+	}
+	body := out[i+len(pt.ResultLine+header):]
+	if !strings.HasSuffix(body, pt.ResultLine) {
+		t.Fatalf("%s: output does not end with the rule:\n%s", who, out)
+	}
+	body = strings.TrimSuffix(body, pt.ResultLine)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		if !re.MatchString(l) {
+			t.Errorf("%s: result line %q does not match %s", who, l, re)
+		}
+		lines = append(lines, l)
+	}
+	if !strings.Contains(out, "Dual-port       : OFF") || !strings.Contains(out, " local address: LID 0000 QPN 0x") ||
+		!strings.Contains(out, " remote address: LID 0000 QPN 0x") || !strings.Contains(out, " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:00:02:1") {
+		t.Errorf("%s: test information or address lines missing:\n%s", who, out)
+	}
+	return lines
+}
+
+func TestToolsOverPipe(t *testing.T) {
+	for _, tc := range []struct {
+		tool    pt.Tool
+		size    uint64
+		iters   int
+		all     bool
+		linkMTU int
+	}{
+		{tool: pt.WriteBW, size: 3000, iters: 50, linkMTU: 1500},
+		{tool: pt.WriteBW, size: 1, iters: 200, linkMTU: 1500},
+		{tool: pt.WriteBW, size: 1 << 20, iters: 5, linkMTU: 9000},
+		{tool: pt.ReadBW, size: 13, iters: 100, linkMTU: 1500},
+		{tool: pt.ReadBW, size: 100000, iters: 10, linkMTU: 9000},
+		{tool: pt.SendBW, size: 4096, iters: 600, linkMTU: 1500},
+		{tool: pt.SendBW, size: 65537, iters: 20, linkMTU: 9000},
+		{tool: pt.AtomicBW, iters: 200, linkMTU: 1500},
+		{tool: pt.WriteLat, size: 2, iters: 50, linkMTU: 1500},
+		{tool: pt.WriteLat, size: 20000, iters: 20, linkMTU: 9000},
+		{tool: pt.ReadLat, size: 1000, iters: 50, linkMTU: 1500},
+		{tool: pt.SendLat, size: 7, iters: 50, linkMTU: 1500},
+		{tool: pt.SendLat, size: 5000, iters: 20, linkMTU: 9000},
+		{tool: pt.WriteBW, iters: 5, all: true, linkMTU: 9000},
+		{tool: pt.SendBW, iters: 5, all: true, linkMTU: 1500},
+		{tool: pt.ReadLat, iters: 5, all: true, linkMTU: 9000},
+	} {
+		t.Run(fmt.Sprintf("%v/%d/all=%v", tc.tool, tc.size, tc.all), func(t *testing.T) {
+			p := apptest.NewPair(t, tc.linkMTU, nil)
+			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, All: tc.all, GIDIndex: AutoGID}
+			s, c := runPair(t, p, cfg, cfg)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("server: %v (%s), client: %v (%s)\nserver output:\n%s\nclient output:\n%s", s.err, s.log.String(), c.err, c.log.String(), s.out.String(), c.out.String())
+			}
+			wantMTU := pt.MTU1024
+			if tc.linkMTU == 9000 {
+				wantMTU = pt.MTU4096
+			}
+			if s.res.Agreed.MTU != wantMTU || c.res.Agreed.MTU != wantMTU {
+				t.Errorf("agreed MTUs %v, %v, want %v", s.res.Agreed.MTU, c.res.Agreed.MTU, wantMTU)
+			}
+			runs := 1
+			if tc.all {
+				runs = 23
+			}
+			lat := !tc.tool.BW()
+			cl := results(t, "client", c.out.String(), tc.tool, lat)
+			if len(cl) != runs {
+				t.Errorf("client printed %d result lines, want %d", len(cl), runs)
+			}
+			switch {
+			case tc.tool == pt.ReadLat:
+				if strings.Contains(s.out.String(), pt.LatHeader()) {
+					t.Errorf("ib_read_lat server printed a header:\n%s", s.out.String())
+				}
+			default:
+				sl := results(t, "server", s.out.String(), tc.tool, lat)
+				if tc.tool.BW() && tc.tool != pt.SendBW {
+					// The server prints the client's (last) report.
+					if len(sl) != 1 || sl[0] != cl[len(cl)-1] {
+						t.Errorf("server's lines %q, want the client's last %q", sl, cl[len(cl)-1])
+					}
+				} else if len(sl) != runs {
+					t.Errorf("server printed %d result lines, want %d", len(sl), runs)
+				}
+			}
+			if tc.tool.BW() {
+				for i, l := range cl {
+					m := bwLineRE.FindStringSubmatch(l)
+					size := tc.size
+					if tc.all {
+						size = 2 << i
+					} else if size == 0 {
+						size = 8
+					}
+					if m == nil || m[1] != fmt.Sprint(size) || m[2] != fmt.Sprint(tc.iters) {
+						t.Errorf("result line %q: want size %d, %d iterations", l, size, tc.iters)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDataLands checks where the bandwidth tools' data ends up: WRITE
+// carries the client's bytes into the server's half of the buffer at the
+// cycle-buffer offsets, READ brings the server's bytes back, and each
+// FETCH_ADD adds one to the server's words.
+func TestDataLands(t *testing.T) {
+	p := apptest.NewPair(t, 1500, nil)
+	var srvSess, cliSess *session
+	capture := func(dst **session) func(*session) { return func(s *session) { *dst = s } }
+	testHook = func(s *session) {
+		if s.cfg.Client {
+			capture(&cliSess)(s)
+		} else {
+			capture(&srvSess)(s)
+		}
+	}
+	defer func() { testHook = nil }()
+
+	// 100 writes of 100 bytes step INC(100, 64) = 128 bytes through the
+	// 4096-byte cycle buffer: 32 slots, wrapping.
+	cfg := Config{Tool: pt.WriteBW, Size: 100, Iters: 100, GIDIndex: AutoGID}
+	if s, c := runPair(t, p, cfg, cfg); s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v", s.err, c.err)
+	}
+	rem := srvSess.buf[srvSess.buffSize:]
+	loc := cliSess.buf
+	for slot := 0; slot < 32; slot++ {
+		if !bytes.Equal(rem[slot*128:slot*128+100], loc[slot*128:slot*128+100]) {
+			t.Fatalf("write: slot %d differs", slot)
+		}
+	}
+
+	cfg = Config{Tool: pt.ReadBW, Size: 3000, Iters: 10, GIDIndex: AutoGID}
+	if s, c := runPair(t, p, cfg, cfg); s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v", s.err, c.err)
+	}
+	if !bytes.Equal(cliSess.buf[:3000], srvSess.buf[srvSess.buffSize:srvSess.buffSize+3000]) {
+		t.Fatal("read: the client's buffer does not hold the server's bytes")
+	}
+
+	cfg = Config{Tool: pt.AtomicBW, Iters: 130, GIDIndex: AutoGID}
+	var before []byte
+	testHook = func(s *session) {
+		if !s.cfg.Client {
+			srvSess = s
+			before = append([]byte(nil), s.buf...)
+		}
+	}
+	if s, c := runPair(t, p, cfg, cfg); s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v", s.err, c.err)
+	}
+	// 130 adds over 64 slots of 64 bytes: slots 0 and 1 get three, the
+	// rest two.
+	for slot := 0; slot < 64; slot++ {
+		off := srvSess.buffSize + uint64(slot)*64
+		got := binary.LittleEndian.Uint64(srvSess.buf[off:]) - binary.LittleEndian.Uint64(before[off:])
+		want := uint64(2)
+		if slot < 2 {
+			want = 3
+		}
+		if got != want {
+			t.Errorf("atomic slot %d: added %d, want %d", slot, got, want)
+		}
+	}
+}
+
+func TestBadRKey(t *testing.T) {
+	for _, tc := range []struct {
+		tool       pt.Tool
+		clientSide bool // the client uses a bad key (else the server advertises one)
+	}{{pt.WriteBW, true}, {pt.ReadBW, false}, {pt.AtomicBW, true}, {pt.WriteLat, false}} {
+		t.Run(fmt.Sprintf("%v/%v", tc.tool, tc.clientSide), func(t *testing.T) {
+			p := apptest.NewPair(t, 1500, nil)
+			srv := Config{Tool: tc.tool, Size: 64, Iters: 10, GIDIndex: AutoGID, BadRKey: !tc.clientSide}
+			cli := Config{Tool: tc.tool, Size: 64, Iters: 10, GIDIndex: AutoGID, BadRKey: tc.clientSide}
+			if tc.tool == pt.AtomicBW {
+				srv.Size, cli.Size = 0, 0
+			}
+			s, c := runPair(t, p, srv, cli)
+			if !errors.Is(c.err, ErrCompletion) && !errors.Is(s.err, ErrCompletion) {
+				t.Fatalf("no failed completion: server %v, client %v", s.err, c.err)
+			}
+			log := c.log.String() + s.log.String()
+			if !strings.Contains(log, " Completion with error at client\n Failed status 10: wr_id 0 syndrom 0x0\n") {
+				t.Errorf("error output:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestRNR: a send_bw server with one receive posted at a time makes the
+// client meet RNR NAKs; with the stock rnr_retry (7: forever) the test
+// completes, with rnr_retry 0 the client fails with "RNR retry counter
+// exceeded".
+func TestRNR(t *testing.T) {
+	p := apptest.NewPair(t, 1500, nil)
+	srv := Config{Tool: pt.SendBW, Size: 64, Iters: 20, RxDepth: 1, GIDIndex: AutoGID}
+	cli := Config{Tool: pt.SendBW, Size: 64, Iters: 20, GIDIndex: AutoGID}
+	s, c := runPair(t, p, srv, cli)
+	if s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v", s.err, c.err)
+	}
+	ctr := p.A.Counters()
+	if ctr.Map()["send_rnr_err"] == 0 {
+		t.Errorf("the server sent no RNR NAK: %v", ctr.Map())
+	}
+	cli.SetRNRRetry, cli.RNRRetry = true, 0
+	s, c = runPair(t, p, srv, cli)
+	if !errors.Is(c.err, ErrCompletion) || !strings.Contains(c.log.String(), "Failed status 13:") {
+		t.Fatalf("client: %v\n%s", c.err, c.log.String())
+	}
+	_ = s
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"atomic size": {Tool: pt.AtomicBW, Size: 16},
+		"atomic all":  {Tool: pt.AtomicBW, All: true},
+		"iters":       {Tool: pt.WriteBW, Iters: 4},
+		"mtu":         {Tool: pt.WriteBW, MTU: 1000},
+		"rx on write": {Tool: pt.WriteBW, RxDepth: 5},
+		"cq mod":      {Tool: pt.WriteBW, CQMod: 2000},
+		"rnr":         {Tool: pt.SendBW, SetRNRRetry: true, RNRRetry: 8},
+	} {
+		cfg.Connect = func(context.Context) (net.Conn, error) { return nil, errors.New("unused") }
+		if err := cfg.normalize(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := Config{Tool: pt.WriteBW, Size: 10000, Iters: 50, TxDepth: 200, Connect: func(context.Context) (net.Conn, error) { return nil, nil }}
+	if err := c.normalize(); err != nil || c.TxDepth != 50 || c.CQMod != 1 {
+		t.Errorf("normalize: %v, tx %d, cq_mod %d; want tx 50, cq_mod 1", err, c.TxDepth, c.CQMod)
+	}
+}

@@ -1,0 +1,495 @@
+package perftest
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	pt "github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/stack"
+)
+
+// Result reports a finished run.
+type Result struct {
+	Agreed pt.Agreed
+	Local  []pt.Dest
+	Remote []pt.Dest
+	// Reports are this side's bandwidth figures per run (bw tools, where
+	// this side measures); RemoteReport is the client's, as a server of
+	// ib_write_bw, ib_read_bw and ib_atomic_bw receives it.
+	Reports      []pt.Report
+	RemoteReport *pt.Report
+	// Lat are this side's latency figures per run (lat tools).
+	Lat []pt.LatStats
+}
+
+// ErrCompletion is returned (wrapped) when a work completion fails.
+var ErrCompletion = errors.New("completion with error")
+
+// session holds one run's verbs objects.
+type session struct {
+	ctx    context.Context // of Run: the hooks take none
+	cfg    Config
+	dev    *stack.Device
+	agreed pt.Agreed
+	gidIdx int
+	gid    netip.Addr
+
+	pd     *stack.PD
+	buf    []byte
+	mr     *stack.MR
+	sendCQ *stack.CQ
+	recvCQ *stack.CQ
+	qps    []*stack.QP
+	local  []pt.Dest
+	remote []pt.Dest
+
+	cycle     uint32 // agreed cycle buffer
+	cacheLine uint32 // agreed cache line size
+	buffSize  uint64 // BUFF_SIZE of the allocation size
+	halfSize  uint64 // INC(BUFF_SIZE): one QP's send (or receive) area
+	outReads  int
+	res       *Result
+	start     time.Time
+	wcs       []stack.WC
+}
+
+// now returns nanoseconds since the session started.
+func (s *session) now() int64 { return int64(time.Since(s.start)) }
+
+// Run runs the configured tool on dev and returns what happened. It prints
+// what the stock tool prints to Stdout, and its error messages to Stderr.
+func Run(ctx context.Context, dev *stack.Device, cfg Config) (*Result, error) {
+	res := &Result{}
+	if err := cfg.normalize(); err != nil {
+		return res, err
+	}
+	s := &session{ctx: ctx, cfg: cfg, dev: dev, res: res, start: time.Now()}
+	defer s.close()
+	out := cfg.Stdout
+	if !cfg.Client {
+		io.WriteString(out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	}
+	if err := s.pickGID(); err != nil {
+		return res, err
+	}
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		return res, fmt.Errorf("unable to init the socket connection: %w", err)
+	}
+	defer conn.Close()
+
+	role := pt.Server
+	if cfg.Client {
+		role = pt.Client
+	}
+	seq := pt.Config{Tool: cfg.Tool, Role: role, QPs: cfg.QPs, Runs: len(cfg.sizes), All: cfg.All}
+	params := pt.Params{MTU: s.portMTU()}
+	hooks := pt.Hooks{
+		Local:   s.setup,
+		Connect: s.connect,
+		Prepare: s.prepare,
+		Run:     s.run,
+		Report: func() pt.Report {
+			if len(res.Reports) > 0 {
+				return res.Reports[len(res.Reports)-1]
+			}
+			return pt.Report{}
+		},
+	}
+	r, err := pt.Run(ctx, conn, seq, params, hooks)
+	res.Agreed = r.Agreed
+	if err != nil {
+		return res, err
+	}
+	if r.HasReport && !cfg.Client {
+		rep := r.RemoteReport
+		res.RemoteReport = &rep
+		io.WriteString(out, pt.BWLine(rep, cfg.Gbits))
+	}
+	io.WriteString(out, pt.ResultLine)
+	return res, nil
+}
+
+// portMTU is the MTU this side advertises: -m, capped by the port's
+// active MTU as perftest's set_mtu does.
+func (s *session) portMTU() pt.MTU {
+	active := pt.MTU(s.dev.Query().ActiveMTU)
+	if s.cfg.MTU == 0 {
+		return active
+	}
+	m := pt.MTUFromBytes(s.cfg.MTU)
+	if m > active {
+		fmt.Fprintf(s.cfg.Stdout, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", int(active))
+		return active
+	}
+	return m
+}
+
+func (s *session) pickGID() error {
+	s.gidIdx = s.cfg.GIDIndex
+	if s.gidIdx == AutoGID {
+		s.gidIdx = -1
+		for i, g := range s.dev.GIDs() {
+			if g.Is4In6() {
+				s.gidIdx = i
+				break
+			}
+		}
+		if s.gidIdx < 0 {
+			s.gidIdx = 0
+		}
+	}
+	g, err := s.dev.GID(s.gidIdx)
+	if err != nil {
+		return fmt.Errorf("gid index %d: %w", s.gidIdx, err)
+	}
+	s.gid = g
+	return nil
+}
+
+// setup is the Local hook: the buffer, MR, CQs and QPs (alloc_ctx,
+// ctx_init, set_up_connection), then the test information block.
+func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
+	cfg := &s.cfg
+	s.agreed = a
+	s.cycle, s.cacheLine = a.CycleBuffer, a.CacheLineSize
+	if s.cycle == 0 || s.cycle > 1<<24 || s.cacheLine == 0 || s.cacheLine > 1<<16 {
+		return nil, fmt.Errorf("peer's cycle buffer %d or cache line %d is unusable", s.cycle, s.cacheLine)
+	}
+	verb := cfg.verb()
+	s.buffSize = bufSize(cfg.Size, s.cycle)
+	s.halfSize = inc(s.buffSize, s.cacheLine)
+	total := s.halfSize * 2 * uint64(cfg.QPs)
+	if total > 1<<34 {
+		return nil, fmt.Errorf("buffer of %d bytes is too large", total)
+	}
+
+	attr := s.dev.Query()
+	s.outReads = 1
+	if verb == pt.Read || verb == pt.Atomic {
+		s.outReads = attr.MaxQPRdAtom
+		if cfg.OutReads > 0 && cfg.OutReads < s.outReads {
+			s.outReads = cfg.OutReads
+		}
+	}
+
+	var err error
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
+	}
+	s.buf = make([]byte, total)
+	if !(verb == pt.Write && !cfg.Tool.BW()) {
+		// Random contents, as perftest fills every buffer but
+		// ib_write_lat's.
+		var seed [32]byte
+		crand.Read(seed[:])
+		rng := rand.NewChaCha8(seed)
+		rng.Read(s.buf)
+	}
+	access := stack.AccessLocalWrite
+	qpAccess := stack.Access(0)
+	switch verb {
+	case pt.Write:
+		access |= stack.AccessRemoteWrite
+		qpAccess = stack.AccessRemoteWrite
+	case pt.Read:
+		access |= stack.AccessRemoteRead
+		qpAccess = stack.AccessRemoteRead
+	case pt.Atomic:
+		access |= stack.AccessRemoteAtomic
+		qpAccess = stack.AccessRemoteAtomic
+	case pt.Send:
+		qpAccess = stack.AccessRemoteWrite | stack.AccessLocalWrite
+	}
+	if s.mr, err = s.pd.RegisterMR(s.buf, access); err != nil {
+		return nil, fmt.Errorf("couldn't allocate MR: %w", err)
+	}
+	if s.sendCQ, err = s.dev.CreateCQ(cfg.TxDepth*cfg.QPs + 16); err != nil {
+		return nil, fmt.Errorf("couldn't create CQ: %w", err)
+	}
+	s.recvCQ = s.sendCQ
+	if verb == pt.Send {
+		if s.recvCQ, err = s.dev.CreateCQ(cfg.RxDepth*cfg.QPs + 16); err != nil {
+			return nil, fmt.Errorf("couldn't create a receiver CQ: %w", err)
+		}
+	}
+	s.wcs = make([]stack.WC, 16)
+	for i := 0; i < cfg.QPs; i++ {
+		q, err := s.pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, InfiniteRetry7: cfg.InfiniteRetry})
+		if err != nil {
+			return nil, fmt.Errorf("unable to create QP: %w", err)
+		}
+		s.qps = append(s.qps, q)
+		if err := q.ToInit(stack.InitAttr{AccessFlags: qpAccess}); err != nil {
+			return nil, fmt.Errorf("failed to modify QP to INIT: %w", err)
+		}
+		rkey := s.mr.RKey()
+		if cfg.BadRKey && !cfg.Client {
+			rkey = badKey(rkey)
+		}
+		s.local = append(s.local, pt.Dest{
+			OutReads: uint16(s.outReads),
+			QPN:      q.QPN(),
+			PSN:      randPSN(),
+			RKey:     rkey,
+			VAddr:    s.mr.Addr() + uint64(cfg.QPs+i)*s.buffSize,
+			GID:      s.gid.As16(),
+		})
+	}
+	s.res.Local = s.local
+	if testHook != nil {
+		testHook(s)
+	}
+	io.WriteString(cfg.Stdout, s.testInfo().String())
+	return s.local, nil
+}
+
+// testHook, when set by a test, sees each session once its resources
+// exist.
+var testHook func(*session)
+
+// badKey returns a key that names no region: the same index with another
+// key byte, so that it is not even a valid key of another region.
+func badKey(k uint32) uint32 { return k ^ 0x5a }
+
+func randPSN() uint32 {
+	var b [4]byte
+	crand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & 0xffffff
+}
+
+func (s *session) testInfo() pt.TestInfo {
+	cfg := &s.cfg
+	role := pt.Server
+	if cfg.Client {
+		role = pt.Client
+	}
+	at := "FETCH_AND_ADD"
+	if cfg.CmpSwap {
+		at = "CMP_AND_SWAP"
+	}
+	return pt.TestInfo{
+		Tool: cfg.Tool, Role: role, AtomicType: at, Device: cfg.Device, QPs: cfg.QPs,
+		Transport: "IB", Connection: "RC", PCIeRelaxOrder: "Unsupported",
+		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: 1, CQMod: cfg.CQMod,
+		MTU: s.agreed.MTU, LinkType: "Ethernet", GIDIndex: s.gidIdx, OutReads: s.outReads,
+	}
+}
+
+// connect is the Connect hook (ctx_connect): RTR for every QP, RTS for
+// the client and for the latency tests, then the address lines.
+func (s *session) connect(remote []pt.Dest) error {
+	cfg := &s.cfg
+	s.remote = remote
+	s.res.Remote = remote
+	if s.gid.Is4In6() != netip.AddrFrom16(remote[0].GID).Is4In6() {
+		return errors.New("found incompatibility issue with GID types: try a different IP version")
+	}
+	rnr := uint8(7)
+	if cfg.SetRNRRetry {
+		rnr = cfg.RNRRetry
+	}
+	for i, q := range s.qps {
+		r := remote[i]
+		rtr := stack.RTRAttr{
+			DestQPN: r.QPN, AH: stack.AHAttr{DGID: netip.AddrFrom16(r.GID), SGIDIndex: s.gidIdx},
+			RQPSN: stack.PSN(r.PSN), PathMTU: stack.MTU(s.agreed.MTU),
+			MaxDestRdAtomic: uint8(s.outReads), MinRNRTimer: minRNRTimer,
+		}
+		if err := q.ToRTR(rtr); err != nil {
+			return fmt.Errorf("failed to modify QP %d to RTR: %w", q.QPN(), err)
+		}
+		if cfg.Client || !cfg.Tool.BW() {
+			maxRd := min(int(r.OutReads), s.dev.Query().MaxQPInitRdAtom)
+			rts := stack.RTSAttr{SQPSN: stack.PSN(s.local[i].PSN), Timeout: uint8(cfg.QPTimeout),
+				RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: uint8(maxRd)}
+			if err := q.ToRTS(rts); err != nil {
+				return fmt.Errorf("failed to modify QP to RTS: %w", err)
+			}
+		}
+	}
+	verb := cfg.verb()
+	for _, d := range s.local {
+		io.WriteString(cfg.Stdout, pt.AddressLines(false, verb, d, true))
+	}
+	for _, d := range remote {
+		io.WriteString(cfg.Stdout, pt.AddressLines(true, verb, d, true))
+	}
+	switch {
+	case cfg.Tool.BW():
+		io.WriteString(cfg.Stdout, pt.ResultLine+pt.BWHeader(cfg.Gbits))
+	case cfg.Tool != pt.ReadLat || cfg.Client:
+		// ib_read_lat's server prints no header: it only waits.
+		io.WriteString(cfg.Stdout, pt.ResultLine+pt.LatHeader())
+	}
+	return nil
+}
+
+// prepare is the Prepare hook: the send tools post their receives
+// (ctx_set_recv_wqes) where the side receives.
+func (s *session) prepare(r int) error {
+	cfg := &s.cfg
+	if cfg.verb() != pt.Send || (cfg.Tool.BW() && cfg.Client) {
+		return nil
+	}
+	size := cfg.sizes[r]
+	for i, q := range s.qps {
+		base := s.recvBase(i)
+		addr := base
+		for j := 0; j < cfg.RxDepth; j++ {
+			if err := q.PostRecv(&stack.RecvWR{ID: uint64(i), SG: []stack.SGE{{Addr: addr, Length: uint32(size), LKey: s.mr.LKey()}}}); err != nil {
+				return fmt.Errorf("couldn't post recv Qp = %d: counter=%d: %w", i, j, err)
+			}
+			if cfg.Tool.BW() {
+				addr = s.incLoc(addr, base, size, uint64(j))
+			}
+		}
+	}
+	return nil
+}
+
+// recvBase is the first receive address of QP i.
+func (s *session) recvBase(i int) uint64 {
+	return s.mr.Addr() + uint64(s.cfg.QPs+i)*s.halfSize
+}
+
+// incLoc and incRem step an address through the cycle buffer as
+// increase_loc_addr and increase_rem_addr do (cnt is the count before the
+// post), for messages up to half a cycle buffer.
+func (s *session) incLoc(addr, base, size, cnt uint64) uint64 {
+	if size > uint64(s.cycle)/2 {
+		return addr
+	}
+	step := inc(size, s.cacheLine)
+	addr += step
+	if (cnt+1)%(uint64(s.cycle)/step) == 0 {
+		addr = base
+	}
+	return addr
+}
+
+// run is the Run hook: measured run r.
+func (s *session) run(r int) error {
+	cfg := &s.cfg
+	size := cfg.sizes[r]
+	switch cfg.Tool {
+	case pt.WriteBW, pt.ReadBW, pt.AtomicBW, pt.SendBW:
+		var rep pt.Report
+		var err error
+		if cfg.Client {
+			rep, err = s.runBW(size)
+		} else {
+			rep, err = s.runBWServer(size)
+		}
+		if err != nil {
+			return err
+		}
+		s.res.Reports = append(s.res.Reports, rep)
+		if cfg.Client || cfg.Tool == pt.SendBW {
+			io.WriteString(cfg.Stdout, pt.BWLine(rep, cfg.Gbits))
+		}
+		return nil
+	}
+	var posted []int64
+	var err error
+	rtt := 2
+	switch cfg.Tool {
+	case pt.WriteLat:
+		posted, err = s.runLatWrite(size)
+	case pt.ReadLat:
+		posted, err = s.runLatRead(size)
+		rtt = 1
+	case pt.SendLat:
+		posted, err = s.runLatSend(size)
+	}
+	if err != nil {
+		return err
+	}
+	st, err := pt.MeasureLat(size, posted, 1000, rtt)
+	if err != nil {
+		return err
+	}
+	s.res.Lat = append(s.res.Lat, st)
+	io.WriteString(cfg.Stdout, pt.LatLine(st))
+	return nil
+}
+
+// poll waits for completions on cq and returns them.
+func (s *session) poll(ctx context.Context, cq *stack.CQ) ([]stack.WC, error) {
+	for {
+		if n := cq.Poll(s.wcs); n > 0 {
+			return s.wcs[:n], nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("poll CQ failed: %w", err)
+		}
+	}
+}
+
+// sendFailed reports a failed send completion as NOTIFY_COMP_ERROR_SEND.
+func (s *session) sendFailed(wc *stack.WC, scnt, ccnt uint64) error {
+	fmt.Fprintf(s.cfg.Stderr, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\nscnt=%d, ccnt=%d\n",
+		int(wc.Status), int(wc.ID), wc.VendErr, scnt, ccnt)
+	return fmt.Errorf("%w: %s (%d)", ErrCompletion, wc.Status, int(wc.Status))
+}
+
+// recvFailed reports a failed receive completion as NOTIFY_COMP_ERROR_RECV.
+func (s *session) recvFailed(wc *stack.WC, rcnt uint64) error {
+	fmt.Fprintf(s.cfg.Stderr, " Completion with error at server\n Failed status %d: wr_id %d syndrom 0x%x\n rcnt=%d\n",
+		int(wc.Status), int(wc.ID), wc.VendErr, rcnt)
+	return fmt.Errorf("%w: %s (%d)", ErrCompletion, wc.Status, int(wc.Status))
+}
+
+// opWR returns QP i's work request for the tool's operation.
+func (s *session) opWR(i int, local, remote uint64, size uint64) stack.SendWR {
+	cfg := &s.cfg
+	wr := stack.SendWR{ID: uint64(i), SG: []stack.SGE{{Addr: local, Length: uint32(size), LKey: s.mr.LKey()}}}
+	rkey := s.remote[i].RKey
+	if cfg.BadRKey && cfg.Client {
+		rkey = badKey(rkey)
+	}
+	switch cfg.verb() {
+	case pt.Write:
+		wr.Op = stack.OpWrite
+		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+	case pt.Read:
+		wr.Op = stack.OpRead
+		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+	case pt.Atomic:
+		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+		if cfg.CmpSwap {
+			wr.Op, wr.Swap = stack.OpCompareSwap, swapValue
+		} else {
+			wr.Op, wr.CompareAdd = stack.OpFetchAdd, addValue
+		}
+	case pt.Send:
+		wr.Op = stack.OpSend
+	}
+	return wr
+}
+
+func (s *session) close() {
+	for _, q := range s.qps {
+		q.Destroy()
+	}
+	if s.sendCQ != nil {
+		s.sendCQ.Destroy()
+	}
+	if s.recvCQ != nil && s.recvCQ != s.sendCQ {
+		s.recvCQ.Destroy()
+	}
+	if s.mr != nil {
+		s.mr.Deregister()
+	}
+	if s.pd != nil {
+		s.pd.Dealloc()
+	}
+}
