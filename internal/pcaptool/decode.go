@@ -375,7 +375,11 @@ func (r *Record) AppendJSON(b []byte) []byte {
 			b = append(b, bt.Opcode().String()...)
 		}
 		b = append(b, `","transport":"`...)
-		b = append(b, bt.Opcode().Transport().String()...)
+		if p.Info.Has(bth.HdrDCETH) {
+			b = append(b, "DC"...)
+		} else {
+			b = append(b, bt.Opcode().Transport().String()...)
+		}
 		b = append(b, '"')
 		b = appendKeyBool(b, "se", bt.SE())
 		b = appendKeyBool(b, "migreq", bt.MigReq())
