@@ -174,7 +174,7 @@ func (p *Packet) parseIB() error {
 		}
 		return ErrMalformed
 	}
-	p.Info = opInfoAt(frame, p.BTHOff)
+	p.Info = opInfoAt(frame[:min(end, len(frame))], p.BTHOff)
 	if end < p.BTHOff+BTHLen+ICRCLen {
 		return ErrMalformed
 	}
