@@ -174,7 +174,7 @@ func (p *Packet) parseIB() error {
 		}
 		return ErrMalformed
 	}
-	p.Info = opInfoAt(frame[:min(end, len(frame))], p.BTHOff)
+	p.Info = opInfoAt(frame, p.BTHOff, end)
 	if end < p.BTHOff+BTHLen+ICRCLen {
 		return ErrMalformed
 	}
@@ -199,12 +199,12 @@ func (p *Packet) parseIB() error {
 	return nil
 }
 
-// opInfoAt returns the table entry for the BTH at off: the ConnectX DC
-// layout (DCInfo) for an RD opcode whose RDETH reserved byte is set,
-// the standard one otherwise.
-func opInfoAt(frame []byte, off int) *OpInfo {
+// opInfoAt returns the table entry for the BTH at off in a packet ending
+// at end: the ConnectX DC layout (DCInfo) for an RD opcode whose RDETH
+// reserved byte is set, the standard one otherwise.
+func opInfoAt(frame []byte, off, end int) *OpInfo {
 	op := Opcode(frame[off])
-	if op.Transport() == TransportRD && len(frame) > off+BTHLen && frame[off+BTHLen] != 0 && dcTable[op].Valid {
+	if op.Transport() == TransportRD && min(len(frame), end) > off+BTHLen && frame[off+BTHLen] != 0 && dcTable[op].Valid {
 		return &dcTable[op]
 	}
 	return &opTable[op]
