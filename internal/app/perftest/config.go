@@ -65,6 +65,11 @@ type Config struct {
 
 	// uroce's own options.
 	//
+	// Verify checks what can be checked of the data: an ib_atomic_bw
+	// FETCH_AND_ADD server (one QP) checks that every slot of its buffer
+	// grew by exactly the number of additions the client made, so that
+	// no retransmitted atomic was executed twice and none was lost.
+	Verify bool
 	// BadRKey makes a client use, and a server advertise, an R_Key its
 	// peer's region does not have: every RDMA operation fails with a
 	// remote access error.
@@ -85,8 +90,9 @@ type Config struct {
 	Stdout, Stderr io.Writer
 
 	// set by normalize
-	reqCQMod bool
-	sizes    []uint64
+	normalized bool
+	reqCQMod   bool
+	sizes      []uint64
 }
 
 // Sizes returns the message sizes of the measured runs.
@@ -101,6 +107,9 @@ func (c *Config) verb() pt.Verb { return c.Tool.Verb() }
 // normalize applies the defaults and perftest's force_dependecies for the
 // options implemented here.
 func (c *Config) normalize() error {
+	if c.normalized {
+		return nil
+	}
 	if !c.Tool.Valid() {
 		return fmt.Errorf("unknown tool %d", int(c.Tool))
 	}
@@ -201,6 +210,7 @@ func (c *Config) normalize() error {
 	if c.All {
 		c.sizes = pt.AllSizes()
 	}
+	c.normalized = true
 	return nil
 }
 

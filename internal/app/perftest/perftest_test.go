@@ -14,6 +14,7 @@ import (
 
 	"github.com/uroce/uroce/internal/app/apptest"
 	pt "github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/stack"
 )
 
 type side struct {
@@ -298,5 +299,39 @@ func TestConfigErrors(t *testing.T) {
 	c := Config{Tool: pt.WriteBW, Size: 10000, Iters: 50, TxDepth: 200, Connect: func(context.Context) (net.Conn, error) { return nil, nil }}
 	if err := c.normalize(); err != nil || c.TxDepth != 50 || c.CQMod != 1 {
 		t.Errorf("normalize: %v, tx %d, cq_mod %d; want tx 50, cq_mod 1", err, c.TxDepth, c.CQMod)
+	}
+}
+
+// TestLossyPipe runs the RC tools through a pipe that loses, duplicates
+// and reorders frames both ways: every run completes, and the atomic
+// server finds every addition made exactly once.
+func TestLossyPipe(t *testing.T) {
+	for _, tc := range []struct {
+		tool  pt.Tool
+		size  uint64
+		iters int
+	}{
+		{pt.WriteBW, 5000, 100},
+		{pt.ReadBW, 3000, 100},
+		{pt.SendBW, 2000, 100},
+		{pt.AtomicBW, 0, 300},
+		{pt.WriteLat, 1500, 50},
+		{pt.ReadLat, 64, 50},
+		{pt.SendLat, 3000, 50},
+	} {
+		t.Run(tc.tool.String(), func(t *testing.T) {
+			p := apptest.NewPair(t, 1500, &stack.FaultConfig{Seed: uint64(tc.tool) + 3, Drop: 0.03, Dup: 0.02, Reorder: 0.02})
+			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, GIDIndex: AutoGID, Verify: true, QPTimeout: 8}
+			s, c := runPair(t, p, cfg, cfg)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("server: %v (%s), client: %v (%s)", s.err, s.log.String(), c.err, c.log.String())
+			}
+			if tc.tool == pt.AtomicBW && !strings.Contains(s.log.String(), "each exactly once") {
+				t.Errorf("the atomic server did not verify: %q", s.log.String())
+			}
+			if st := p.FA.Stats(); st.Dropped == 0 {
+				t.Errorf("nothing dropped: %+v", st)
+			}
+		})
 	}
 }

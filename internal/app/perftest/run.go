@@ -56,6 +56,7 @@ type session struct {
 	halfSize  uint64 // INC(BUFF_SIZE): one QP's send (or receive) area
 	outReads  int
 	res       *Result
+	initial   []byte // the buffer before the test (Verify)
 	start     time.Time
 	wcs       []stack.WC
 }
@@ -107,6 +108,11 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (*Result, error) {
 	res.Agreed = r.Agreed
 	if err != nil {
 		return res, err
+	}
+	if cfg.Verify {
+		if err := s.verifyAtomics(); err != nil {
+			return res, err
+		}
 	}
 	if r.HasReport && !cfg.Client {
 		rep := r.RemoteReport
@@ -249,12 +255,53 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 		testHook(s)
 	}
 	io.WriteString(cfg.Stdout, s.testInfo().String())
+	if cfg.Verify {
+		s.initial = append([]byte(nil), s.buf...)
+	}
 	return s.local, nil
 }
 
 // testHook, when set by a test, sees each session once its resources
 // exist.
 var testHook func(*session)
+
+// ErrVerify is returned (wrapped) when Verify finds wrong data.
+var ErrVerify = errors.New("data check failed")
+
+// verifyAtomics is the atomic server's Verify check: the client's
+// FETCH_ADDs of 1 step through the cycle buffer, INC(8) bytes apart, so
+// slot j of the remote area saw iters/slots additions, one more for the
+// first iters%slots slots.
+func (s *session) verifyAtomics() error {
+	cfg := &s.cfg
+	if cfg.Client || cfg.Tool != pt.AtomicBW || cfg.CmpSwap || cfg.QPs != 1 {
+		return nil
+	}
+	step := inc(cfg.Size, s.cacheLine)
+	slots := uint64(s.cycle) / step
+	iters := uint64(cfg.Iters)
+	base := s.buffSize
+	bad := 0
+	for j := uint64(0); j < slots; j++ {
+		off := base + j*step
+		want := iters / slots
+		if j < iters%slots {
+			want++
+		}
+		got := binary.NativeEndian.Uint64(s.buf[off:]) - binary.NativeEndian.Uint64(s.initial[off:])
+		if got != want {
+			if bad < 5 {
+				fmt.Fprintf(cfg.Stderr, "uroce perf: verify: slot %d at offset %d grew by %d, want %d\n", j, off, got, want)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%w: %d of %d atomic slots", ErrVerify, bad, slots)
+	}
+	fmt.Fprintf(cfg.Stderr, "uroce perf: verify: %d additions in %d slots, each exactly once\n", iters, slots)
+	return nil
+}
 
 // badKey returns a key that names no region: the same index with another
 // key byte, so that it is not even a valid key of another region.
