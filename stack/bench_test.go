@@ -53,7 +53,7 @@ func newBenchConnWin(b *testing.B, pc PipeConfig, batch, window int, faults *Fau
 	}
 	// Retry count 7 retries forever (as rdma_rxe does): on this shared
 	// machine, a few stalled scheduling slices must not end a run.
-	init := QPInit{Type: RC, MaxSendWR: 4096, MaxRecvWR: 4096, InfiniteRetry7: true}
+	init := QPInit{Type: RC, MaxSendWR: 4096, MaxRecvWR: 16384, InfiniteRetry7: true}
 	init.SendCQ, init.RecvCQ = c.cqa, c.cqa
 	if c.qa, err = pa.CreateQP(init); err != nil {
 		b.Fatal(err)
@@ -92,19 +92,44 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 			Remote: RemoteAddr{c.mrb.Addr() + off, c.mrb.RKey()}}
 	}
 	wrs[batch-1].Flags = SendSignaled
-	recvs := 0
-	postRecvs := func(n int) {
-		for i := 0; i < n; i++ {
-			off := uint64((recvs % slots) * max(size, 64))
-			if err := c.qb.PostRecv(&RecvWR{ID: uint64(recvs), SG: []SGE{c.mrb.SGE(off, uint32(size))}}); err != nil {
-				b.Fatal(err)
-			}
-			recvs++
-		}
-	}
 	send := op == OpSend || op == OpSendWithImm
+	recvDone := make(chan error, 1)
 	if send {
-		postRecvs(min(4096, depth*batch))
+		// The receiver, as a separate process would be: keeps receives
+		// posted, reaping their completions.
+		rwrs := make([]RecvWR, 16384)
+		for i := range rwrs {
+			off := uint64((i % slots) * max(size, 64))
+			rwrs[i] = RecvWR{ID: uint64(i), SG: []SGE{c.mrb.SGE(off, uint32(size))}}
+		}
+		if _, err := c.qb.PostRecvBatch(rwrs); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			rwcs := make([]WC, 256)
+			again := make([]RecvWR, 0, len(rwcs))
+			for got := 0; got < b.N; {
+				if err := c.cqb.Wait(ctx); err != nil {
+					recvDone <- err
+					return
+				}
+				n := c.cqb.Poll(rwcs)
+				again = again[:0]
+				for _, wc := range rwcs[:n] {
+					if wc.Status != 0 {
+						recvDone <- fmt.Errorf("receive: %v", wc.Status)
+						return
+					}
+					again = append(again, rwrs[wc.ID])
+				}
+				if _, err := c.qb.PostRecvBatch(again); err != nil {
+					recvDone <- err
+					return
+				}
+				got += n
+			}
+			recvDone <- nil
+		}()
 	}
 	wcs := make([]WC, 64)
 	var sizes fifo[int]
@@ -131,26 +156,8 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 			inflight++
 			sizes.push(k)
 		}
-		if send {
-			for {
-				n := c.cqb.Poll(wcs)
-				if n == 0 {
-					break
-				}
-				for _, wc := range wcs[:n] {
-					if wc.Status != 0 {
-						b.Fatalf("receive: %v", wc.Status)
-					}
-				}
-				postRecvs(n)
-			}
-		}
 		n := c.cqa.Poll(wcs)
 		if n == 0 {
-			if send {
-				runtime.Gosched()
-				continue
-			}
 			if err := c.cqa.Wait(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -163,6 +170,11 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 			}
 			done += sizes.pop()
 			inflight--
+		}
+	}
+	if send {
+		if err := <-recvDone; err != nil {
+			b.Fatal(err)
 		}
 	}
 	el := time.Since(start)

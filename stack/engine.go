@@ -115,7 +115,7 @@ func (e *engine) run() {
 		}
 		// A few yields before sleeping catch the next frame or post
 		// without the cost of parking and waking.
-		if idle < 4 {
+		if idle < idleYields {
 			idle++
 			runtime.Gosched()
 			continue
@@ -595,3 +595,6 @@ func (b *inbox) recycle(frames [][]byte) {
 	clear(frames)
 	b.spare = frames[:0]
 }
+
+// idleYields is how many times an idle engine yields before it sleeps.
+var idleYields = 4

@@ -519,6 +519,27 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	return nil
 }
 
+// PostRecvBatch posts wrs in order under one lock and returns how many
+// were posted; on error, wrs[n] failed and the rest were not tried.
+func (q *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
+	if q.srq != nil {
+		return 0, fmt.Errorf("post recv: qp %#x uses an srq: %w", q.qpn, ErrInvalidArg)
+	}
+	q.mu.Lock()
+	err := q.check("post recv")
+	n := 0
+	for ; err == nil && n < len(wrs); n++ {
+		if err = q.q.PostRecv(&wrs[n]); err != nil {
+			break
+		}
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return n, fmt.Errorf("post recv: qp %#x: wr %d: %w", q.qpn, n, err)
+	}
+	return n, nil
+}
+
 // Counters returns the QP's protocol counters.
 func (q *QP) Counters() qp.Counters {
 	q.mu.Lock()

@@ -1,9 +1,11 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -419,5 +421,213 @@ func TestTimerHeap(t *testing.T) {
 			t.Fatalf("heap order: %v after %v", q.deadline, last)
 		}
 		last = q.deadline
+	}
+}
+
+func TestCounterNames(t *testing.T) {
+	var c Counters
+	names := map[string]bool{}
+	c.Each(func(name string, v uint64) {
+		if names[name] {
+			t.Errorf("counter %s twice", name)
+		}
+		names[name] = true
+	})
+	// Every field of qp.Counters has a name.
+	n := reflect.TypeOf(qp.Counters{}).NumField()
+	if len(qpCounterFields) != n {
+		t.Errorf("%d qp counter names for %d fields", len(qpCounterFields), n)
+	}
+	var qc qp.Counters
+	v := reflect.ValueOf(&qc).Elem()
+	for i := 0; i < n; i++ {
+		v.Field(i).SetUint(uint64(i + 1))
+	}
+	seen := map[uint64]bool{}
+	EachQPCounter(&qc, func(name string, x uint64) { seen[x] = true })
+	if len(seen) != n {
+		t.Errorf("qp counter names cover %d of %d fields", len(seen), n)
+	}
+	for _, want := range []string{"rcv_icrc_err", "rcvd_pkts", "sent_pkts", "out_of_sequence", "duplicate_request",
+		"local_ack_timeout_err", "rnr_nak_retry_err", "packet_seq_err", "rcv_unknown_qpn", "cq_overrun"} {
+		if !names[want] {
+			t.Errorf("no counter %s", want)
+		}
+	}
+}
+
+func TestQPVerbsErrors(t *testing.T) {
+	a, _ := NewPipe(PipeConfig{MTU: 1500})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	S := newSide(t, d, 4096, 16)
+	cqOther, _ := openManual(t, func() Link { x, _ := NewPipe(PipeConfig{}); return x }(), macB, nil, nil).CreateCQ(4)
+	for name, init := range map[string]QPInit{
+		"no cq":       {Type: RC, MaxSendWR: 1, MaxRecvWR: 1},
+		"bad type":    {Type: 9, SendCQ: S.cq, RecvCQ: S.cq, MaxSendWR: 1, MaxRecvWR: 1},
+		"no send wr":  {Type: RC, SendCQ: S.cq, RecvCQ: S.cq, MaxRecvWR: 1},
+		"too big":     {Type: RC, SendCQ: S.cq, RecvCQ: S.cq, MaxSendWR: 1 << 30, MaxRecvWR: 1},
+		"foreign cq":  {Type: RC, SendCQ: cqOther, RecvCQ: S.cq, MaxSendWR: 1, MaxRecvWR: 1},
+		"many sges":   {Type: RC, SendCQ: S.cq, RecvCQ: S.cq, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1000},
+		"huge inline": {Type: RC, SendCQ: S.cq, RecvCQ: S.cq, MaxSendWR: 1, MaxRecvWR: 1, MaxInline: 1 << 20},
+	} {
+		if _, err := S.pd.CreateQP(init); !errors.Is(err, ErrInvalidArg) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	q := S.qp(t, RC)
+	if q.State() != StateReset {
+		t.Fatalf("new qp in %v", q.State())
+	}
+	// Work is refused before RTS, and RTR needs INIT first.
+	if err := q.PostSend(&SendWR{Op: OpSend}); !errors.Is(err, ErrInvalidState) {
+		t.Errorf("post send in RESET: %v", err)
+	}
+	if err := q.ToRTR(RTRAttr{DestQPN: 0x11, AH: AHAttr{DGID: ipB, SGIDIndex: 1}}); err == nil {
+		t.Error("RESET to RTR succeeded")
+	}
+	if err := q.ToInit(InitAttr{AccessFlags: AccessRemoteWrite}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ToRTR(RTRAttr{DestQPN: 0x11, AH: AHAttr{DGID: ipB, SGIDIndex: 1}, PathMTU: MTU4096}); !errors.Is(err, ErrInvalidAttr) {
+		t.Errorf("path mtu above the port's: %v", err)
+	}
+	if err := q.ToRTR(RTRAttr{DestQPN: 0x11, AH: AHAttr{DGID: netip.MustParseAddr("192.0.2.200"), SGIDIndex: 1}}); !errors.Is(err, ErrNoNeighbor) {
+		t.Errorf("unresolvable peer: %v", err)
+	}
+	if err := q.ToRTR(RTRAttr{DestQPN: 0x11, AH: AHAttr{DGID: ipB, SGIDIndex: 1}, RQPSN: 5, MaxDestRdAtomic: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ToRTS(RTSAttr{SQPSN: 9, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 2}); err != nil {
+		t.Fatal(err)
+	}
+	attr, init := q.Query()
+	if attr.State != StateRTS || attr.DestQPN != 0x11 || attr.RQPSN != 5 || attr.PathMTU != MTU1024 ||
+		attr.AH.DGID != ipB || attr.AH.DMAC != macB || attr.MaxRdAtomic != 2 || init.MaxSendWR != 64 {
+		t.Errorf("query: %+v %+v", attr, init)
+	}
+	if err := q.PostSend(&SendWR{Op: OpSend, SG: make([]SGE, 5)}); !errors.Is(err, ErrTooManySGE) {
+		t.Errorf("too many sges: %v", err)
+	}
+	if err := S.cq.Destroy(); !errors.Is(err, ErrBusy) {
+		t.Errorf("destroy of a cq in use: %v", err)
+	}
+	if err := q.ToErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Destroy(); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("second destroy: %v", err)
+	}
+	if d.qps.lookup(q.QPN()) != nil {
+		t.Error("destroyed qp still in the table")
+	}
+	d.Close()
+	if _, err := d.CreateCQ(1); !errors.Is(err, ErrClosed) {
+		t.Errorf("create cq after close: %v", err)
+	}
+}
+
+func TestSRQ(t *testing.T) {
+	s := newSimPair(t, 1500, nil)
+	A, B := newSide(t, s.a, 1<<16, 64), newSide(t, s.b, 1<<16, 64)
+	if _, err := B.pd.CreateSRQ(SRQInit{MaxWR: 0, MaxSGE: 1}); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("srq of 0: %v", err)
+	}
+	srq, err := B.pd.CreateSRQ(SRQInit{MaxWR: 8, MaxSGE: 1, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qbs []*QP
+	var qas []*QP
+	for i := 0; i < 3; i++ {
+		qb, err := B.pd.CreateQP(QPInit{Type: RC, SendCQ: B.cq, RecvCQ: B.cq, SRQ: srq, MaxSendWR: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qb.PostRecv(&RecvWR{}); !errors.Is(err, ErrInvalidArg) {
+			t.Errorf("post recv on an srq qp: %v", err)
+		}
+		qa := A.qp(t, RC)
+		connect(t, qa, qb, 1, 0, 0, 0)
+		qas, qbs = append(qas, qa), append(qbs, qb)
+	}
+	for i := 0; i < 4; i++ {
+		if err := srq.PostRecv(&RecvWR{ID: uint64(100 + i), SG: []SGE{B.mr.SGE(uint64(i)*1024, 1024)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, qa := range qas {
+		fill(A.buf[i*100:i*100+100], byte(i))
+		if err := qa.PostSend(&SendWR{ID: uint64(i), Op: OpSend, Flags: SendSignaled, SG: []SGE{A.mr.SGE(uint64(i)*100, 100)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollN(t, s, A.cq, 3)
+	got := pollN(t, s, B.cq, 3)
+	for _, wc := range got {
+		k := -1
+		for i, qb := range qbs {
+			if qb.QPN() == wc.QPN {
+				k = i
+			}
+		}
+		off := int(wc.ID-100) * 1024
+		if k < 0 || wc.ByteLen != 100 || !bytes.Equal(B.buf[off:off+100], A.buf[k*100:k*100+100]) {
+			t.Errorf("srq receive %+v", wc)
+		}
+	}
+	if srq.Len() != 1 || !srq.LimitReached() || srq.LimitReached() {
+		t.Errorf("srq: %d left, limit event not reported once", srq.Len())
+	}
+	if err := srq.Destroy(); !errors.Is(err, ErrBusy) {
+		t.Errorf("destroy of an srq in use: %v", err)
+	}
+}
+
+// TestMultiQueueSteering runs two queues per device, cross-wired so that
+// every frame arrives on a queue whose engine does not own its QP: the
+// engines must hand the frames to each other.
+func TestMultiQueueSteering(t *testing.T) {
+	clock := NewFakeClock(0)
+	a0, b1 := NewPipe(PipeConfig{MTU: 9000})
+	a1, b0 := NewPipe(PipeConfig{MTU: 9000})
+	nb := StaticNeighbors{ipA: macA, ipB: macB}
+	da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(context.Background(), Config{Links: []Link{b0, b1}, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Manual: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &simPair{clock: clock, a: da, b: db}
+	t.Cleanup(func() { da.Close(); db.Close() })
+	A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
+	var wrs []SendWR
+	for i := 0; i < 4; i++ {
+		qa, qb := A.qp(t, RC), B.qp(t, RC)
+		connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite|AccessRemoteRead)
+		fill(A.buf[i<<16:(i+1)<<16], byte(i))
+		wrs = append(wrs, SendWR{ID: uint64(i), Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(uint64(i)<<16, 1<<16)},
+			Remote: RemoteAddr{B.mr.Addr() + uint64(i)<<16, B.mr.RKey()}})
+		if err := qa.PostSend(&wrs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, wc := range pollN(t, s, A.cq, 4) {
+		if wc.Status != 0 {
+			t.Fatalf("write: %v", wc.Status)
+		}
+	}
+	if !bytes.Equal(A.buf[:4<<16], B.buf[:4<<16]) {
+		t.Fatal("data differs")
+	}
+	if c := db.Counters(); c.RcvSteered == 0 || c.RcvSteerDrop != 0 {
+		t.Errorf("steered %d, dropped %d", c.RcvSteered, c.RcvSteerDrop)
+	}
+	if q := da.Query(); q.NumQueues != 2 {
+		t.Errorf("queues %d", q.NumQueues)
 	}
 }
