@@ -25,6 +25,7 @@ type CQ struct {
 	overruns uint64
 	waiters  int
 	dead     bool
+	closed   bool // the device was closed
 	notify   chan struct{}
 }
 
@@ -37,7 +38,14 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n < 1 || n > d.attr.MaxCQE {
 		return nil, fmt.Errorf("create cq: %d entries, want 1 to %d: %w", n, d.attr.MaxCQE, ErrInvalidArg)
 	}
-	return &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}, nil
+	c := &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}
+	d.cqMu.Lock()
+	if d.cqs == nil {
+		d.cqs = make(map[*CQ]struct{})
+	}
+	d.cqs[c] = struct{}{}
+	d.cqMu.Unlock()
+	return c, nil
 }
 
 // Cap returns the CQ's capacity.
@@ -68,9 +76,9 @@ func (c *CQ) Poll(wcs []WC) int {
 }
 
 // Wait blocks until the CQ holds a completion, the CQ is overrun or
-// destroyed, or ctx is done. It returns nil when completions are ready,
-// ErrCQOverrun (wrapped) once the CQ has overrun, ErrDestroyed, or the
-// context's error.
+// destroyed, its device is closed, or ctx is done. It returns nil when
+// completions are ready, ErrCQOverrun (wrapped) once the CQ has overrun,
+// ErrDestroyed, ErrClosed, or the context's error.
 func (c *CQ) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	for {
@@ -88,6 +96,9 @@ func (c *CQ) Wait(ctx context.Context) error {
 		case c.dead:
 			c.mu.Unlock()
 			return fmt.Errorf("wait cq: %w", ErrDestroyed)
+		case c.closed:
+			c.mu.Unlock()
+			return fmt.Errorf("wait cq: %w", ErrClosed)
 		}
 		c.waiters++
 		c.mu.Unlock()
@@ -145,7 +156,18 @@ func (c *CQ) Destroy() error {
 		c.signal()
 	}
 	c.mu.Unlock()
+	c.dev.cqMu.Lock()
+	delete(c.dev.cqs, c)
+	c.dev.cqMu.Unlock()
 	return nil
+}
+
+// close wakes the CQ's waiters for good: its device is closed.
+func (c *CQ) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.signal()
+	c.mu.Unlock()
 }
 
 // push adds a completion; it is called by engines with the QP locked.

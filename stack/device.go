@@ -169,6 +169,9 @@ type Device struct {
 
 	retiredMu sync.Mutex
 	retired   qp.Counters // counters of destroyed QPs
+
+	cqMu sync.Mutex
+	cqs  map[*CQ]struct{}
 }
 
 // Open opens a device on cfg.Interface or on cfg.Link(s) and starts one
@@ -357,7 +360,7 @@ func (d *Device) MAC() [6]byte { return d.mac }
 func (d *Device) Clock() Clock { return d.clock }
 
 // Close stops the engines and closes the links. QPs stop where they are;
-// verbs calls then fail with ErrClosed.
+// verbs calls then fail with ErrClosed, and blocked CQ Waits return it.
 func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
@@ -375,6 +378,11 @@ func (d *Device) Close() error {
 				err = fmt.Errorf("close interface: %w", cerr)
 			}
 		}
+		d.cqMu.Lock()
+		for c := range d.cqs {
+			c.close()
+		}
+		d.cqMu.Unlock()
 	})
 	return err
 }
@@ -400,7 +408,10 @@ func (d *Device) NextDeadline() (Time, bool) {
 	var t Time
 	ok := false
 	for _, e := range d.engines {
-		if dl, k := e.nextDeadline(); k && (!ok || dl < t) {
+		e.batchMu.Lock()
+		dl, k := e.nextDeadline()
+		e.batchMu.Unlock()
+		if k && (!ok || dl < t) {
 			t, ok = dl, true
 		}
 	}

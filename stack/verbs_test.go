@@ -287,6 +287,11 @@ func TestCQPollWaitOverrun(t *testing.T) {
 	if err := cq2.Wait(context.Background()); !errors.Is(err, ErrDestroyed) {
 		t.Fatalf("wait on destroyed cq: %v", err)
 	}
+	cq3, _ := d.CreateCQ(1)
+	go d.Close()
+	if err := cq3.Wait(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("wait across close: %v", err)
+	}
 }
 
 func TestCQPushNoAllocs(t *testing.T) {
