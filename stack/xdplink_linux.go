@@ -18,7 +18,9 @@ import (
 // The engine owning the link calls Receive, Release, Transmit and Poll;
 // each holds mu for its duration (Poll while it sleeps too). Wake, Close
 // and XDPStats may be called from any goroutine: Close and XDPStats wake
-// a sleeping Poll before they take mu. Received frames are views into the
+// a sleeping Poll before they take mu, and flag themselves (closed,
+// waiters) so that Poll does not go back to sleep with mu before they got
+// it. Received frames are views into the
 // socket's UMEM; should Close come while the engine still holds some, the
 // socket is closed by the Release that gives them back.
 type xdpLink struct {
@@ -37,6 +39,10 @@ type xdpLink struct {
 	efdMu  sync.RWMutex // guards efd against Wake racing with Close
 	efd    int
 	closed atomic.Bool
+	// waiters counts XDPStats calls waiting for mu: Poll does not go
+	// to sleep while there are any, or it could keep mu forever after
+	// consuming their wake-up.
+	waiters atomic.Int32
 
 	oversize atomic.Uint64
 }
@@ -125,7 +131,7 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed.Load() {
+	if l.closed.Load() || l.waiters.Load() > 0 {
 		return
 	}
 	if l.txShort {
@@ -173,8 +179,10 @@ func (l *xdpLink) XDPStats() (xdp.Stats, error) {
 	if l.closed.Load() {
 		return xdp.Stats{}, fmt.Errorf("read AF_XDP statistics of queue %d: %w", l.queue, ErrLinkClosed)
 	}
+	l.waiters.Add(1)
 	l.Wake()
 	l.mu.Lock()
+	l.waiters.Add(-1)
 	defer l.mu.Unlock()
 	if l.sock == nil || l.closed.Load() {
 		return xdp.Stats{}, fmt.Errorf("read AF_XDP statistics of queue %d: %w", l.queue, ErrLinkClosed)
