@@ -43,6 +43,23 @@
 // Deregister and Destroy wait for the batch each engine is processing,
 // so that afterwards no engine touches the memory or the QP.
 //
+// # The engine's own transmit policy
+//
+// Two things happen between a QP and its link. A plain ACK replaces the
+// same QP's previous ACK while that is still the QP's latest frame in
+// the transmit batch (the responder may coalesce ACKs; small requests
+// then cost one ACK per batch, not one each). With Config.SendWindow, an
+// RC QP may have at most that many request PSNs unacknowledged; the
+// packet that fills the window asks for an ACK. Go-back-N resends all
+// that is in flight after a loss, so a window keeps lossy links usable.
+//
+// # Multiple queues
+//
+// A device may run several link queues (Config.Links, or the queues of
+// an interface), one engine each; QPs are spread over the engines by
+// QPN. A frame that arrives on another queue than its QP's is copied to
+// the owning engine (counted as rcv_steered).
+//
 // # Links
 //
 // Link is the batch frame I/O interface. NewPipe joins two devices in
