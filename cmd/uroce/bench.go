@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/uroce/uroce/internal/bench"
+)
+
+func init() {
+	register(&command{name: "bench", summary: "link: raw AF_XDP frame rate next to RC WRITE goodput on veth (root)", run: runBench})
+}
+
+const benchUsage = `usage: uroce bench link [flags]
+
+Measures, in one run, on a veth pair between two network namespaces: the
+raw AF_XDP frame rate (frames of the given size blasted from one end to
+the other, no RoCE processing), then the goodput of RC RDMA WRITEs through
+the whole stack, and prints both and their ratio. Needs root.
+
+flags:
+`
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "link" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, benchUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, benchUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("uroce bench link", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var o bench.LinkOptions
+	fs.IntVar(&o.MTU, "mtu", 9000, "MTU of the veth pair")
+	fs.IntVar(&o.Frame, "frame", 0, "raw frame size in bytes (default: the largest RoCE packet at the path MTU, 4170 at MTU 9000)")
+	fs.IntVar(&o.Size, "size", 65536, "RDMA WRITE message size in bytes")
+	fs.IntVar(&o.Window, "window", 16, "RDMA WRITEs in flight")
+	fs.DurationVar(&o.Duration, "duration", 0, "length of each phase (default 2s)")
+	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "uroce bench link: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	rep, err := bench.Link(ctx, o)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(stderr, "uroce bench link: interrupted; namespaces removed")
+		} else {
+			fmt.Fprintf(stderr, "uroce bench link: %v\n", err)
+		}
+		return 1
+	}
+	rep.Write(stdout)
+	return 0
+}

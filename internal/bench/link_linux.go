@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/netns"
+	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/xdp"
+)
+
+// Errors Link returns before it changes anything.
+var (
+	ErrNotRoot = errors.New("uroce bench needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
+	ErrNoAFXDP = errors.New("this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): uroce needs Linux 5.10 or later built with them")
+)
+
+// Link measures the raw AF_XDP frame rate of a veth pair and the RC WRITE
+// goodput of uroce over the same kind of pair (see the package comment).
+func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
+	if err := o.defaults(); err != nil {
+		return nil, fmt.Errorf("bench link: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+		if errors.Is(err, unix.EAFNOSUPPORT) {
+			return nil, ErrNoAFXDP
+		}
+		return nil, fmt.Errorf("bench link: create an AF_XDP socket: %w", err)
+	} else {
+		unix.Close(fd)
+	}
+	pair, err := netns.NewPair(netns.PairConfig{Prefix: "uroce-bench", MTU: o.MTU,
+		AddrA: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")},
+		AddrB: []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24")}})
+	if err != nil {
+		return nil, fmt.Errorf("bench link: %w", err)
+	}
+	defer pair.Close()
+	r := &LinkReport{LinkOptions: o}
+	if err := rawPhase(ctx, pair, &o, r); err != nil {
+		return r, fmt.Errorf("bench link: raw frames: %w", err)
+	}
+	if err := roce(ctx, pair, &o, r); err != nil {
+		return r, fmt.Errorf("bench link: rc write: %w", err)
+	}
+	return r, nil
+}
+
+// openIn opens a device on dev inside ns.
+func openIn(ctx context.Context, ns *netns.Namespace, cfg stack.Config) (*stack.Device, error) {
+	var d *stack.Device
+	err := ns.Do(func() error {
+		var err error
+		d, err = stack.Open(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("in namespace %s: %w", ns.Name(), err)
+	}
+	return d, nil
+}
+
+// xdpStatser is the AF_XDP link of an interface device.
+type xdpStatser interface {
+	XDPStats() (xdp.Stats, error)
+}
+
+// rawPhase blasts frames from A's link to B's and counts what arrives.
+func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkReport) error {
+	var la, lb stack.Link
+	capture := func(dst *stack.Link) func(int, stack.Link) stack.Link {
+		return func(q int, l stack.Link) stack.Link {
+			if q == 0 {
+				*dst = l
+			}
+			return l
+		}
+	}
+	a, err := openIn(ctx, pair.A, stack.Config{Interface: pair.DevA, XDPMode: o.XDPMode, Queues: 1, Manual: true, WrapLink: capture(&la)})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	b, err := openIn(ctx, pair.B, stack.Config{Interface: pair.DevB, XDPMode: o.XDPMode, Queues: 1, Manual: true, WrapLink: capture(&lb)})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	r.PathMTU = a.Query().ActiveMTU
+	if o.Frame == 0 {
+		o.Frame = r.PathMTU.Bytes() + 74
+		r.Frame = o.Frame
+	}
+	frames, payload, err := buildFrames(a, b, o.Frame)
+	if err != nil {
+		return err
+	}
+	r.FramePayload = payload
+
+	var stop atomic.Bool
+	var sent, got atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // sender
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for !stop.Load() {
+			n := la.Transmit(frames)
+			sent.Add(uint64(n))
+			if n < len(frames) {
+				la.Poll(50 * time.Microsecond)
+			}
+		}
+	}()
+	rx := make([][]byte, 64)
+	go func() { // receiver
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for !stop.Load() {
+			n := lb.Receive(rx)
+			if n == 0 {
+				lb.Poll(time.Millisecond)
+				continue
+			}
+			got.Add(uint64(n))
+			lb.Release()
+		}
+	}()
+	// Warm up, then measure.
+	sleep(ctx, o.Duration/10)
+	s0, g0, t0 := sent.Load(), got.Load(), time.Now()
+	sleep(ctx, o.Duration)
+	s1, g1, t1 := sent.Load(), got.Load(), time.Now()
+	stop.Store(true)
+	lb.Wake()
+	la.Wake()
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	secs := t1.Sub(t0).Seconds()
+	r.RawSentPerSec = float64(s1-s0) / secs
+	r.RawFramesPerSec = float64(g1-g0) / secs
+	if x, ok := lb.(xdpStatser); ok {
+		if st, err := x.XDPStats(); err == nil {
+			r.RawRxDropped = st.RxDropped + st.RxRingFull
+		}
+	}
+	if r.RawFramesPerSec == 0 {
+		return errors.New("no frame arrived")
+	}
+	return nil
+}
+
+// buildFrames returns a batch of RC RDMA WRITE First frames of length n
+// from a to b, addressed to a QP that does not exist, and their payload
+// length.
+func buildFrames(a, b *stack.Device, n int) ([][]byte, int, error) {
+	h := bth.Headers{}
+	h.DstMAC, h.SrcMAC = b.MAC(), a.MAC()
+	h.SrcIP, h.DstIP = netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	h.SrcPort = 49152
+	h.BTH = bth.BTHFields{Opcode: bth.OpWriteFirst, PKey: 0xffff, DestQP: 0xfffff0}
+	h.RKey, h.DMALen = 1, 1<<20
+	payload := n - h.FrameLen(0)
+	if payload < 0 || payload%4 != 0 || n > 65535 {
+		return nil, 0, fmt.Errorf("frame size %d: want at least %d, with a payload a multiple of 4 bytes", n, h.FrameLen(0))
+	}
+	frames := make([][]byte, 64)
+	data := make([]byte, payload)
+	for i := range frames {
+		h.BTH.PSN = bth.PSN(i)
+		buf := make([]byte, n)
+		m, err := bth.Encode(buf, &h, data)
+		if err != nil {
+			return nil, 0, err
+		}
+		frames[i] = buf[:m]
+	}
+	return frames, payload, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// roce runs RC WRITEs from A to B for the duration.
+func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkReport) error {
+	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll}
+	ca, cb := cfg, cfg
+	ca.Interface, cb.Interface = pair.DevA, pair.DevB
+	a, err := openIn(ctx, pair.A, ca)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	b, err := openIn(ctx, pair.B, cb)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	pdA, err := a.AllocPD()
+	if err != nil {
+		return err
+	}
+	pdB, err := b.AllocPD()
+	if err != nil {
+		return err
+	}
+	cqA, err := a.CreateCQ(4096)
+	if err != nil {
+		return err
+	}
+	cqB, err := b.CreateCQ(16)
+	if err != nil {
+		return err
+	}
+	src := make([]byte, o.Size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	dst := make([]byte, o.Size)
+	mrA, err := pdA.RegisterMR(src, stack.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	mrB, err := pdB.RegisterMR(dst, stack.AccessLocalWrite|stack.AccessRemoteWrite)
+	if err != nil {
+		return err
+	}
+	qa, err := pdA.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cqA, RecvCQ: cqA, MaxSendWR: 1024, MaxRecvWR: 1})
+	if err != nil {
+		return err
+	}
+	qb, err := pdB.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cqB, RecvCQ: cqB, MaxSendWR: 1, MaxRecvWR: 1})
+	if err != nil {
+		return err
+	}
+	gA, gB := a.GIDIndex(netip.MustParseAddr("192.0.2.1")), b.GIDIndex(netip.MustParseAddr("192.0.2.2"))
+	for _, c := range []struct {
+		q, peer *stack.QP
+		gid     int
+		dgid    netip.Addr
+	}{{qa, qb, gA, netip.MustParseAddr("192.0.2.2")}, {qb, qa, gB, netip.MustParseAddr("192.0.2.1")}} {
+		if err := c.q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite}); err != nil {
+			return err
+		}
+		if err := c.q.ToRTR(stack.RTRAttr{DestQPN: c.peer.QPN(), AH: stack.AHAttr{DGID: c.dgid, SGIDIndex: c.gid},
+			RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 12}); err != nil {
+			return err
+		}
+		if err := c.q.ToRTS(stack.RTSAttr{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}); err != nil {
+			return err
+		}
+	}
+	wr := stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{mrA.SGE(0, uint32(o.Size))},
+		Remote: stack.RemoteAddr{Addr: mrB.Addr(), RKey: mrB.RKey()}}
+	wcs := make([]stack.WC, 64)
+	var posted, done uint64
+	var failed error
+	run := func(d time.Duration) (uint64, time.Duration) {
+		start, d0 := time.Now(), done
+		for time.Since(start) < d && failed == nil && ctx.Err() == nil {
+			for posted-done < uint64(o.Window) {
+				wr.ID = posted
+				if err := qa.PostSend(&wr); err != nil {
+					failed = err
+					break
+				}
+				posted++
+			}
+			n := cqA.Poll(wcs)
+			for _, wc := range wcs[:n] {
+				if wc.Status != qp.WCSuccess {
+					failed = fmt.Errorf("write %d: %v", wc.ID, wc.Status)
+				}
+				done++
+			}
+			if n == 0 {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := cqA.Wait(wctx); err != nil && ctx.Err() == nil {
+					failed = fmt.Errorf("no completion for 10 s: %w", err)
+				}
+				cancel()
+			}
+		}
+		return done - d0, time.Since(start)
+	}
+	run(o.Duration / 10) // warm up
+	c0 := a.Counters()
+	n, el := run(o.Duration)
+	c1 := a.Counters()
+	// Let the rest finish before the QPs go.
+	for done < posted && failed == nil && ctx.Err() == nil {
+		if k := cqA.Poll(wcs); k > 0 {
+			done += uint64(k)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := cqA.Wait(wctx); err != nil && ctx.Err() == nil {
+			failed = err
+		}
+		cancel()
+	}
+	if failed != nil {
+		return failed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	secs := el.Seconds()
+	r.RoCEMessages = n
+	r.RoCEGoodput = float64(n) * float64(o.Size) * 8 / secs
+	r.RoCEPacketsPerSec = float64(c1.SentPkts-c0.SentPkts) / secs
+	r.RoCERetransmitted = c1.QP.RetransmittedPkts - c0.QP.RetransmittedPkts
+	return nil
+}

@@ -1,0 +1,46 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/internal/netns/netnstest"
+)
+
+// TestLink runs both phases briefly and checks that each moved data; the
+// rates themselves are measurements, not test results.
+func TestLink(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	for _, mtu := range []int{1500, 9000} {
+		r, err := Link(context.Background(), LinkOptions{MTU: mtu, Duration: 200 * time.Millisecond, Size: 16384})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1024 + 74
+		if mtu == 9000 {
+			want = 4096 + 74
+		}
+		if r.Frame != want || r.FramePayload != want-74 {
+			t.Errorf("mtu %d: frame %d, payload %d", mtu, r.Frame, r.FramePayload)
+		}
+		if r.RawFramesPerSec <= 0 || r.RoCEMessages == 0 || r.RoCEGoodput <= 0 || r.Ratio() <= 0 {
+			t.Errorf("mtu %d: nothing measured: %+v", mtu, r)
+		}
+		var out strings.Builder
+		r.Write(&out)
+		if !strings.Contains(out.String(), "ratio") {
+			t.Errorf("report:\n%s", out.String())
+		}
+		t.Log("\n" + out.String())
+	}
+}
+
+func TestLinkOptions(t *testing.T) {
+	for _, o := range []LinkOptions{{MTU: 100}, {Frame: 20}, {MTU: 1500, Frame: 9000}, {Size: -1}, {Window: 5000}, {Duration: time.Microsecond}} {
+		if _, err := Link(context.Background(), o); err == nil || err == ErrNotRoot {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
