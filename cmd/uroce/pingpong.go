@@ -13,7 +13,6 @@ import (
 	"github.com/uroce/uroce/internal/app/pingpong"
 	"github.com/uroce/uroce/internal/oob"
 	pp "github.com/uroce/uroce/internal/oob/pingpong"
-	"github.com/uroce/uroce/stack"
 )
 
 func init() {
@@ -48,6 +47,8 @@ uroce's own:
   --xdp-mode=MODE        auto, native or generic
   --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
                          fault injection on the frames uroce sends/receives
+  --stats                print the device and AF_XDP counters at the end
+  --send-window=N        request PSNs an RC QP may have unacknowledged (default 1024, 0: no bound)
 `
 
 func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -138,19 +139,14 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		cfg.Connect = func(ctx context.Context) (net.Conn, error) { return oob.Listen(ctx, addr) }
 	}
 
-	var faults []*stack.FaultLink
-	d, err := dev.Open(ctx, &faults)
+	d, err := dev.Open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce pingpong: %v\n", err)
 		return 1
 	}
 	defer d.Close()
 	_, err = pingpong.Run(ctx, d, cfg)
-	for _, f := range faults {
-		st := f.Stats()
-		fmt.Fprintf(stderr, "uroce pingpong: fault injection: %d frames, %d dropped, %d duplicated, %d reordered\n",
-			st.Frames, st.Dropped, st.Duplicated, st.Reordered)
-	}
+	dev.Report(stderr, "uroce pingpong", d)
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce pingpong: %v\n", err)
 		return 1

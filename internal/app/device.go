@@ -8,8 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/xdp"
 )
 
 // DeviceFlags are the flags that select and shape the device.
@@ -20,6 +23,14 @@ type DeviceFlags struct {
 	// none): probabilities per frame.
 	Drop, RxDrop, Dup, Reorder float64
 	Seed                       uint64
+	// Stats prints the device's counters when the tool ends.
+	Stats bool
+	// SendWindow bounds the request PSNs an RC QP keeps unacknowledged
+	// (stack.Config.SendWindow); 0 means no bound.
+	SendWindow int
+
+	links  []stack.Link       // as opened on the interface
+	faults []*stack.FaultLink // the fault-injecting wrappers
 }
 
 // Register adds the flags to fs: -d/--ib-dev/--dev names the interface
@@ -35,7 +46,18 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.Dup, "dup", 0, "duplicate this fraction of the frames uroce transmits (fault injection)")
 	fs.Float64Var(&f.Reorder, "reorder", 0, "reorder this fraction of the frames uroce transmits (fault injection)")
 	fs.Uint64Var(&f.Seed, "fault-seed", 1, "seed of the fault injection")
+	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
+	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request PSNs an RC QP may have unacknowledged (0: no bound)")
 }
+
+// DefaultSendWindow is the tools' default bound on unacknowledged request
+// PSNs per RC QP. Without one, perftest's 128 outstanding 1 MiB READs put
+// 128 MiB of responses in flight, and a single loss has the responder
+// (rdma_rxe serves re-requests after everything queued before them)
+// answer the re-request only after the local ACK timer ran out seven
+// times. rdma_rxe bounds its own requests at 128 PSNs; 1024 keeps one
+// 1 MiB READ (or a megabyte of writes at MTU 1024) in flight.
+const DefaultSendWindow = 1024
 
 // ErrNoInterface is returned by Open when no interface was named.
 var ErrNoInterface = errors.New("no network interface given: name it with -d IFACE")
@@ -46,9 +68,8 @@ func (f *DeviceFlags) Faulty() bool {
 }
 
 // Open opens the device. The links are wrapped with fault injection when
-// asked for; faults, when not nil, receives the wrapped links so that
-// their counters can be read.
-func (f *DeviceFlags) Open(ctx context.Context, faults *[]*stack.FaultLink) (*stack.Device, error) {
+// asked for.
+func (f *DeviceFlags) Open(ctx context.Context) (*stack.Device, error) {
 	if f.Interface == "" {
 		return nil, ErrNoInterface
 	}
@@ -57,14 +78,16 @@ func (f *DeviceFlags) Open(ctx context.Context, faults *[]*stack.FaultLink) (*st
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode}
-	if f.Faulty() {
-		cfg.WrapLink = func(q int, l stack.Link) stack.Link {
+	if f.SendWindow < 0 {
+		return nil, fmt.Errorf("send window %d", f.SendWindow)
+	}
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow}
+	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
+		f.links = append(f.links, l)
+		if f.Faulty() {
 			wrap := func(fc stack.FaultConfig) {
 				fl := stack.WithFaults(l, fc)
-				if faults != nil {
-					*faults = append(*faults, fl)
-				}
+				f.faults = append(f.faults, fl)
 				l = fl
 			}
 			if f.RxDrop > 0 {
@@ -73,8 +96,42 @@ func (f *DeviceFlags) Open(ctx context.Context, faults *[]*stack.FaultLink) (*st
 			if f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 {
 				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32, Drop: f.Drop, Dup: f.Dup, Reorder: f.Reorder})
 			}
-			return l
 		}
+		return l
 	}
 	return stack.Open(ctx, cfg)
+}
+
+// Report writes, prefixed with prog, what the fault injection did and,
+// with Stats, the device's non-zero counters and the AF_XDP sockets'.
+// Call it before closing the device.
+func (f *DeviceFlags) Report(w io.Writer, prog string, d *stack.Device) {
+	for _, fl := range f.faults {
+		st := fl.Stats()
+		fmt.Fprintf(w, "%s: fault injection: %d frames, %d dropped, %d duplicated, %d reordered\n",
+			prog, st.Frames, st.Dropped, st.Duplicated, st.Reordered)
+	}
+	if !f.Stats || d == nil {
+		return
+	}
+	c := d.Counters()
+	var b strings.Builder
+	c.Each(func(name string, v uint64) {
+		if v != 0 {
+			fmt.Fprintf(&b, " %s=%d", name, v)
+		}
+	})
+	fmt.Fprintf(w, "%s: counters:%s\n", prog, b.String())
+	for i, l := range f.links {
+		x, ok := l.(interface{ XDPStats() (xdp.Stats, error) })
+		if !ok {
+			continue
+		}
+		st, err := x.XDPStats()
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s: queue %d: rx %d frames, tx %d frames, rx_dropped=%d rx_ring_full=%d fill_ring_empty=%d tx_ring_empty=%d\n",
+			prog, i, st.RxFrames, st.TxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, st.TxRingEmptyDescs)
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/oob"
 	pt "github.com/uroce/uroce/internal/oob/perftest"
-	"github.com/uroce/uroce/stack"
 )
 
 // Usage is the help text of Main.
@@ -56,6 +55,8 @@ uroce's own:
   --xdp-mode=MODE          auto, native or generic
   --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
                            fault injection on the frames uroce sends/receives
+  --stats                print the device and AF_XDP counters at the end
+  --send-window=N        request PSNs an RC QP may have unacknowledged (default 1024, 0: no bound)
 `
 
 // ParseTool names a tool: write|read|send|atomic with lat selecting the
@@ -259,19 +260,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	var faults []*stack.FaultLink
-	d, err := dev.Open(ctx, &faults)
+	d, err := dev.Open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce perf: %v\n", err)
 		return 1
 	}
 	defer d.Close()
 	_, err = Run(ctx, d, cfg)
-	for _, f := range faults {
-		st := f.Stats()
-		fmt.Fprintf(stderr, "uroce perf: fault injection: %d frames, %d dropped, %d duplicated, %d reordered\n",
-			st.Frames, st.Dropped, st.Duplicated, st.Reordered)
-	}
+	dev.Report(stderr, "uroce perf", d)
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce perf: %v\n", err)
 		return 1

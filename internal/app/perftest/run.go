@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"time"
 
@@ -109,6 +110,9 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if cfg.Tool == pt.WriteLat {
+		lingerUntilPeerDone(ctx, conn)
+	}
 	if cfg.Verify {
 		if err := s.verifyAtomics(); err != nil {
 			return res, err
@@ -121,6 +125,33 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (*Result, error) {
 	}
 	io.WriteString(out, pt.ResultLine)
 	return res, nil
+}
+
+// lingerTime bounds how long a finished side waits for its peer.
+const lingerTime = 3 * time.Second
+
+// lingerUntilPeerDone keeps the QPs alive until the peer has closed the
+// exchange connection, at most lingerTime. ib_write_lat has no closing
+// exchange: a side that saw its last completion may still owe the peer the
+// ACK of the peer's last WRITE, and if that ACK was lost the peer resends
+// it and needs an answer. The stock tools close at once and leave the peer
+// retrying into a destroyed QP; half-closing and waiting for the peer's
+// close costs nothing when both finish together.
+func lingerUntilPeerDone(ctx context.Context, conn net.Conn) {
+	if tc, ok := conn.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+	}
+	dl := time.Now().Add(lingerTime)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	conn.SetReadDeadline(dl)
+	var b [64]byte
+	for {
+		if _, err := conn.Read(b[:]); err != nil {
+			return
+		}
+	}
 }
 
 // portMTU is the MTU this side advertises: -m, capped by the port's

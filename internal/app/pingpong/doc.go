@@ -25,6 +25,10 @@
 //     completion loop does (per QP with srq);
 //   - the two result lines, and with -c the server's page check.
 //
+// Unlike the stock client, an rc or srq client keeps its QPs for Linger
+// after the last exchange: the server still waits for the ACK of its last
+// message, and if that ACK is lost the server's retries deserve an answer.
+//
 // Where the tools need a GID index on RoCE (-g), Run defaults to the
 // device's first IPv4 GID instead of sending a zero GID. Retry count 7
 // keeps its IBTA meaning (seven retries) unless Config.InfiniteRetry asks

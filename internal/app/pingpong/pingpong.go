@@ -40,6 +40,10 @@ const (
 	pageSize = 4096
 )
 
+// Linger is how long an RC or SRQ client keeps its QPs after the last
+// exchange: four of the peer's ACK timeouts (timeout 14 is 67 ms).
+const Linger = 300 * time.Millisecond
+
 // AutoGID asks Run to pick the device's first IPv4 GID.
 const AutoGID = -1
 
@@ -222,6 +226,17 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (Result, error) {
 		return res, err
 	}
 	io.WriteString(cfg.Stdout, pp.ResultLines(cfg.Size, cfg.Iters, res.Elapsed))
+	if cfg.Client && (cfg.Tool == pp.RC || cfg.Tool == pp.SRQ) {
+		// The client's last event is the server's last message, whose
+		// ACK the server still waits for: answer its retries if that
+		// ACK is lost instead of vanishing (the stock client does).
+		t := time.NewTimer(Linger)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 	if !cfg.Client && cfg.Check {
 		off := s.dataOffset()
 		for i := 0; i < cfg.Size; i += pageSize {
