@@ -43,8 +43,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.MTU, "mtu", 9000, "MTU of the veth pair")
 	fs.IntVar(&o.Frame, "frame", 0, "raw frame size in bytes (default: the largest RoCE packet at the path MTU, 4170 at MTU 9000)")
 	fs.IntVar(&o.Size, "size", 65536, "RDMA WRITE message size in bytes")
-	fs.IntVar(&o.Window, "window", 16, "RDMA WRITEs in flight")
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each phase (default 2s)")
+	fs.IntVar(&o.Window, "window", 32, "RDMA WRITEs in flight")
+	fs.DurationVar(&o.Duration, "duration", 0, "length of each phase in each round (default 1s)")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds of both phases, alternately; the medians are compared")
+	fs.IntVar(&o.RawWindow, "raw-window", 512, "raw frames in flight at most")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
 	if err := fs.Parse(args[1:]); err != nil {

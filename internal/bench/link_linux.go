@@ -51,12 +51,19 @@ func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 	}
 	defer pair.Close()
 	r := &LinkReport{LinkOptions: o}
-	if err := rawPhase(ctx, pair, &o, r); err != nil {
-		return r, fmt.Errorf("bench link: raw frames: %w", err)
+	for i := 0; i < o.Rounds; i++ {
+		var raw, rc LinkRound
+		if err := rawPhase(ctx, pair, &o, r, &raw); err != nil {
+			return r, fmt.Errorf("bench link: raw frames: %w", err)
+		}
+		if err := roce(ctx, pair, &o, &rc); err != nil {
+			return r, fmt.Errorf("bench link: rc write: %w", err)
+		}
+		r.Rounds = append(r.Rounds, LinkRound{RawSentPerSec: raw.RawSentPerSec, RawFramesPerSec: raw.RawFramesPerSec,
+			RawRxDropped: raw.RawRxDropped, RoCEMessages: rc.RoCEMessages, RoCEGoodput: rc.RoCEGoodput,
+			RoCEPacketsPerSec: rc.RoCEPacketsPerSec, RoCERetransmitted: rc.RoCERetransmitted})
 	}
-	if err := roce(ctx, pair, &o, r); err != nil {
-		return r, fmt.Errorf("bench link: rc write: %w", err)
-	}
+	r.summarize()
 	return r, nil
 }
 
@@ -80,7 +87,7 @@ type xdpStatser interface {
 }
 
 // rawPhase blasts frames from A's link to B's and counts what arrives.
-func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkReport) error {
+func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkReport, m *LinkRound) error {
 	var la, lb stack.Link
 	capture := func(dst *stack.Link) func(int, stack.Link) stack.Link {
 		return func(q int, l stack.Link) stack.Link {
@@ -120,9 +127,16 @@ func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRepo
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		for !stop.Load() {
-			n := la.Transmit(frames)
+			// At most Window frames in flight: the receiver is not
+			// overrun, as a transport's window would not let it be.
+			room := uint64(o.RawWindow) - (sent.Load() - got.Load())
+			if int64(room) <= 0 {
+				runtime.Gosched()
+				continue
+			}
+			n := la.Transmit(frames[:min(uint64(len(frames)), room)])
 			sent.Add(uint64(n))
-			if n < len(frames) {
+			if n == 0 {
 				la.Poll(50 * time.Microsecond)
 			}
 		}
@@ -155,14 +169,14 @@ func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRepo
 		return err
 	}
 	secs := t1.Sub(t0).Seconds()
-	r.RawSentPerSec = float64(s1-s0) / secs
-	r.RawFramesPerSec = float64(g1-g0) / secs
+	m.RawSentPerSec = float64(s1-s0) / secs
+	m.RawFramesPerSec = float64(g1-g0) / secs
 	if x, ok := lb.(xdpStatser); ok {
 		if st, err := x.XDPStats(); err == nil {
-			r.RawRxDropped = st.RxDropped + st.RxRingFull
+			m.RawRxDropped = st.RxDropped + st.RxRingFull
 		}
 	}
-	if r.RawFramesPerSec == 0 {
+	if m.RawFramesPerSec == 0 {
 		return errors.New("no frame arrived")
 	}
 	return nil
@@ -206,7 +220,7 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // roce runs RC WRITEs from A to B for the duration.
-func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkReport) error {
+func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) error {
 	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll}
 	ca, cb := cfg, cfg
 	ca.Interface, cb.Interface = pair.DevA, pair.DevB

@@ -14,7 +14,7 @@ import (
 func TestLink(t *testing.T) {
 	netnstest.RequireAFXDP(t)
 	for _, mtu := range []int{1500, 9000} {
-		r, err := Link(context.Background(), LinkOptions{MTU: mtu, Duration: 200 * time.Millisecond, Size: 16384})
+		r, err := Link(context.Background(), LinkOptions{MTU: mtu, Duration: 200 * time.Millisecond, Rounds: 1, Size: 16384})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,7 +25,8 @@ func TestLink(t *testing.T) {
 		if r.Frame != want || r.FramePayload != want-74 {
 			t.Errorf("mtu %d: frame %d, payload %d", mtu, r.Frame, r.FramePayload)
 		}
-		if r.RawFramesPerSec <= 0 || r.RoCEMessages == 0 || r.RoCEGoodput <= 0 || r.Ratio() <= 0 {
+		m := &r.Median
+		if len(r.Rounds) != 1 || m.RawFramesPerSec <= 0 || m.RoCEMessages == 0 || m.RoCEGoodput <= 0 || r.Ratio(m) <= 0 {
 			t.Errorf("mtu %d: nothing measured: %+v", mtu, r)
 		}
 		var out strings.Builder
@@ -38,7 +39,7 @@ func TestLink(t *testing.T) {
 }
 
 func TestLinkOptions(t *testing.T) {
-	for _, o := range []LinkOptions{{MTU: 100}, {Frame: 20}, {MTU: 1500, Frame: 9000}, {Size: -1}, {Window: 5000}, {Duration: time.Microsecond}} {
+	for _, o := range []LinkOptions{{MTU: 100}, {Frame: 20}, {MTU: 1500, Frame: 9000}, {Size: -1}, {Window: 5000}, {Duration: time.Microsecond}, {Rounds: 1000}, {RawWindow: -1}} {
 		if _, err := Link(context.Background(), o); err == nil || err == ErrNotRoot {
 			t.Errorf("%+v: %v", o, err)
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/uroce/uroce/stack"
@@ -18,10 +19,16 @@ type LinkOptions struct {
 	Frame int
 	// Size is the RDMA WRITE message size (default 65536).
 	Size int
-	// Window is the number of WRITEs in flight (default 16).
+	// Window is the number of WRITEs in flight (default 32).
 	Window int
-	// Duration of each phase (default 2 s), after a tenth of it to warm up.
+	// RawWindow is the number of raw frames in flight (default 512): the
+	// sender waits for the receiver rather than overrun it.
+	RawWindow int
+	// Duration of each phase (default 1 s), after a tenth of it to warm up.
 	Duration time.Duration
+	// Rounds is the number of times both phases run, alternately (default
+	// 3); the report gives the median of each.
+	Rounds int
 	// XDPMode is how the XDP program attaches: auto, native or generic.
 	XDPMode string
 	// BusyPoll makes the RoCE engines spin instead of sleeping in poll(2).
@@ -36,10 +43,16 @@ func (o *LinkOptions) defaults() error {
 		o.Size = 65536
 	}
 	if o.Window == 0 {
-		o.Window = 16
+		o.Window = 32
 	}
 	if o.Duration == 0 {
-		o.Duration = 2 * time.Second
+		o.Duration = time.Second
+	}
+	if o.RawWindow == 0 {
+		o.RawWindow = 512
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 3
 	}
 	switch {
 	case o.MTU < 576 || o.MTU > 65000:
@@ -52,16 +65,16 @@ func (o *LinkOptions) defaults() error {
 		return fmt.Errorf("window %d: want 1 to 1024", o.Window)
 	case o.Duration < 10*time.Millisecond:
 		return fmt.Errorf("duration %v: want at least 10ms", o.Duration)
+	case o.RawWindow < 1 || o.RawWindow > 1<<20:
+		return fmt.Errorf("raw window %d: want 1 to %d", o.RawWindow, 1<<20)
+	case o.Rounds < 1 || o.Rounds > 100:
+		return fmt.Errorf("rounds %d: want 1 to 100", o.Rounds)
 	}
 	return nil
 }
 
-// LinkReport is what Link measured.
-type LinkReport struct {
-	LinkOptions
-	PathMTU      stack.MTU
-	FramePayload int // RoCE payload bytes in each raw frame
-
+// LinkRound is one round's measurements.
+type LinkRound struct {
 	RawSentPerSec   float64 // frames the sender's link took
 	RawFramesPerSec float64 // frames received
 	RawRxDropped    uint64  // frames the receiving socket's kernel side dropped
@@ -72,21 +85,53 @@ type LinkReport struct {
 	RoCERetransmitted uint64
 }
 
-// RawPayloadRate is the payload the raw frames would carry, in bits per
-// second, had each been a RoCE data packet.
-func (r *LinkReport) RawPayloadRate() float64 {
-	return r.RawFramesPerSec * float64(r.FramePayload) * 8
+// LinkReport is what Link measured: each round, and the medians.
+type LinkReport struct {
+	LinkOptions
+	PathMTU      stack.MTU
+	FramePayload int // RoCE payload bytes in each raw frame
+	Rounds       []LinkRound
+	// Median is the median of each figure over the rounds.
+	Median LinkRound
 }
 
-// Ratio is the RoCE goodput over the raw payload rate.
-func (r *LinkReport) Ratio() float64 {
-	if p := r.RawPayloadRate(); p > 0 {
-		return r.RoCEGoodput / p
+func (r *LinkReport) summarize() {
+	med := func(f func(*LinkRound) float64) float64 {
+		v := make([]float64, len(r.Rounds))
+		for i := range r.Rounds {
+			v[i] = f(&r.Rounds[i])
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	m := &r.Median
+	m.RawSentPerSec = med(func(x *LinkRound) float64 { return x.RawSentPerSec })
+	m.RawFramesPerSec = med(func(x *LinkRound) float64 { return x.RawFramesPerSec })
+	m.RawRxDropped = uint64(med(func(x *LinkRound) float64 { return float64(x.RawRxDropped) }))
+	m.RoCEMessages = uint64(med(func(x *LinkRound) float64 { return float64(x.RoCEMessages) }))
+	m.RoCEGoodput = med(func(x *LinkRound) float64 { return x.RoCEGoodput })
+	m.RoCEPacketsPerSec = med(func(x *LinkRound) float64 { return x.RoCEPacketsPerSec })
+	m.RoCERetransmitted = uint64(med(func(x *LinkRound) float64 { return float64(x.RoCERetransmitted) }))
+}
+
+// RawPayloadRate is the payload the raw frames of x would carry, in bits
+// per second, had each been a RoCE data packet.
+func (r *LinkReport) RawPayloadRate(x *LinkRound) float64 {
+	return x.RawFramesPerSec * float64(r.FramePayload) * 8
+}
+
+// Ratio is the RoCE goodput of x over its raw payload rate.
+func (r *LinkReport) Ratio(x *LinkRound) float64 {
+	if p := r.RawPayloadRate(x); p > 0 {
+		return x.RoCEGoodput / p
 	}
 	return 0
 }
 
-// Write prints the report.
+// Write prints the report: each round, then the medians and their ratio.
 func (r *LinkReport) Write(w io.Writer) {
 	mode := r.XDPMode
 	if mode == "" {
@@ -96,12 +141,19 @@ func (r *LinkReport) Write(w io.Writer) {
 	if r.BusyPoll {
 		poll = "busy-polling"
 	}
-	fmt.Fprintf(w, "uroce bench link: veth pair between two namespaces, MTU %d (RoCE path MTU %d), XDP %s, %v per phase\n",
-		r.MTU, r.PathMTU.Bytes(), mode, r.Duration)
-	fmt.Fprintf(w, "  raw AF_XDP   %d-byte frames: %.3f Mframes/s received (%.3f sent), %.2f Gbit/s of frames = %.2f Gbit/s of %d-byte payloads; %d dropped by the kernel\n",
-		r.Frame, r.RawFramesPerSec/1e6, r.RawSentPerSec/1e6, r.RawFramesPerSec*float64(r.Frame)*8/1e9,
-		r.RawPayloadRate()/1e9, r.FramePayload, r.RawRxDropped)
-	fmt.Fprintf(w, "  RC WRITE     %d-byte messages, %d in flight, engines %s: %.2f Gbit/s goodput, %.3f Mpackets/s sent, %d retransmitted\n",
-		r.Size, r.Window, poll, r.RoCEGoodput/1e9, r.RoCEPacketsPerSec/1e6, r.RoCERetransmitted)
-	fmt.Fprintf(w, "  ratio        RC WRITE goodput / raw payload rate = %.1f %%\n", r.Ratio()*100)
+	fmt.Fprintf(w, "uroce bench link: veth pair between two namespaces, MTU %d (RoCE path MTU %d), XDP %s, %d rounds of %v per phase\n",
+		r.MTU, r.PathMTU.Bytes(), mode, len(r.Rounds), r.Duration)
+	fmt.Fprintf(w, "  raw AF_XDP: %d-byte frames (%d-byte payloads), up to %d in flight\n", r.Frame, r.FramePayload, r.RawWindow)
+	fmt.Fprintf(w, "  RC WRITE:   %d-byte messages, %d in flight, engines %s\n", r.Size, r.Window, poll)
+	fmt.Fprintf(w, "  %-7s %14s %14s %10s %16s %14s %8s %7s\n", "round", "raw Mframes/s", "raw Gbit/s*", "raw drops", "RC WRITE Gbit/s", "RC Mpackets/s", "retrans", "ratio")
+	line := func(name string, x *LinkRound) {
+		fmt.Fprintf(w, "  %-7s %14.3f %14.2f %10d %16.2f %14.3f %8d %6.1f%%\n", name, x.RawFramesPerSec/1e6,
+			r.RawPayloadRate(x)/1e9, x.RawRxDropped, x.RoCEGoodput/1e9, x.RoCEPacketsPerSec/1e6, x.RoCERetransmitted, r.Ratio(x)*100)
+	}
+	for i := range r.Rounds {
+		line(fmt.Sprint(i+1), &r.Rounds[i])
+	}
+	line("median", &r.Median)
+	fmt.Fprintf(w, "  * payload bits the raw frames would carry as RoCE data packets\n")
+	fmt.Fprintf(w, "  ratio (medians): RC WRITE goodput / raw payload rate = %.1f %%\n", r.Ratio(&r.Median)*100)
 }
