@@ -11,20 +11,30 @@ import (
 )
 
 func init() {
-	register(&command{name: "bench", summary: "link: raw AF_XDP frame rate next to RC WRITE goodput on veth (root)", run: runBench})
+	register(&command{name: "bench", summary: "link | lat: link-limited throughput and small-message latency on veth (root)", run: runBench})
 }
 
 const benchUsage = `usage: uroce bench link [flags]
+       uroce bench lat [flags]
 
-Measures, in one run, on a veth pair between two network namespaces: the
-raw AF_XDP frame rate (frames of the given size blasted from one end to
+link measures, in one run, on a veth pair between two network namespaces:
+the raw AF_XDP frame rate (frames of the given size blasted from one end to
 the other, no RoCE processing), then the goodput of RC RDMA WRITEs through
-the whole stack, and prints both and their ratio. Needs root.
+the whole stack, in alternating rounds, and prints both and their ratio.
+
+lat measures the latency of small RC RDMA WRITEs on such a pair as
+ib_write_lat does (ping-pong, each side watching its memory), with the
+engines sleeping in poll(2) and busy-polling.
+
+Both need root.
 
 flags:
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "lat" {
+		return runBenchLat(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "link" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, benchUsage)
@@ -66,6 +76,48 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		} else {
 			fmt.Fprintf(stderr, "uroce bench link: %v\n", err)
 		}
+		return 1
+	}
+	rep.Write(stdout)
+	return 0
+}
+
+func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("uroce bench lat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var o bench.LatOptions
+	fs.IntVar(&o.MTU, "mtu", 1500, "MTU of the veth pair")
+	fs.IntVar(&o.Size, "size", 64, "message size in bytes")
+	fs.IntVar(&o.Iters, "iters", 10000, "measured round trips per mode")
+	mode := fs.String("mode", "both", "engine polling: poll, busy or both")
+	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	switch *mode {
+	case "poll":
+		o.Modes = []bool{false}
+	case "busy":
+		o.Modes = []bool{true}
+	case "both":
+	default:
+		fmt.Fprintf(stderr, "uroce bench lat: --mode %q: want poll, busy or both\n", *mode)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "uroce bench lat: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	rep, err := bench.Lat(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "uroce bench lat: %v\n", err)
 		return 1
 	}
 	rep.Write(stdout)

@@ -45,3 +45,27 @@ func TestLinkOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestLat runs the ping-pong briefly in both modes; the figures are
+// measurements, the test checks that they were taken.
+func TestLat(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	r, err := Lat(context.Background(), LatOptions{Iters: 200, Warmup: 20, Size: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 2 || r.Results[0].BusyPoll || !r.Results[1].BusyPoll {
+		t.Fatalf("results %+v", r.Results)
+	}
+	for _, x := range r.Results {
+		if x.Iters != 200 || x.Min <= 0 || x.Min > x.Median || x.Median > x.P99 || x.P99 > x.Max {
+			t.Errorf("figures out of order: %+v", x)
+		}
+	}
+	var out strings.Builder
+	r.Write(&out)
+	t.Log("\n" + out.String())
+	if _, err := Lat(context.Background(), LatOptions{Size: -1}); err == nil {
+		t.Error("negative size accepted")
+	}
+}

@@ -157,3 +157,74 @@ func (r *LinkReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "  * payload bits the raw frames would carry as RoCE data packets\n")
 	fmt.Fprintf(w, "  ratio (medians): RC WRITE goodput / raw payload rate = %.1f %%\n", r.Ratio(&r.Median)*100)
 }
+
+// LatOptions configure Lat.
+type LatOptions struct {
+	// MTU of the veth pair (default 1500).
+	MTU int
+	// Size is the message size (default 64).
+	Size int
+	// Iters is the number of measured round trips (default 10000), after
+	// Warmup more (default 1000).
+	Iters, Warmup int
+	// Modes lists the engine polling modes to measure: false for poll(2),
+	// true for busy-polling (default both).
+	Modes []bool
+	// XDPMode is how the XDP program attaches: auto, native or generic.
+	XDPMode string
+}
+
+func (o *LatOptions) defaults() error {
+	if o.MTU == 0 {
+		o.MTU = 1500
+	}
+	if o.Size == 0 {
+		o.Size = 64
+	}
+	if o.Iters == 0 {
+		o.Iters = 10000
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 1000
+	}
+	if o.Modes == nil {
+		o.Modes = []bool{false, true}
+	}
+	switch {
+	case o.MTU < 576 || o.MTU > 65000:
+		return fmt.Errorf("mtu %d: want 576 to 65000", o.MTU)
+	case o.Size < 1 || o.Size > 1<<20:
+		return fmt.Errorf("message size %d: want 1 byte to 1 MiB", o.Size)
+	case o.Iters < 1 || o.Warmup < 0:
+		return fmt.Errorf("iterations %d (warm-up %d): want at least 1", o.Iters, o.Warmup)
+	}
+	return nil
+}
+
+// LatResult is one polling mode's figures: half round trips.
+type LatResult struct {
+	BusyPoll                    bool
+	Iters                       int
+	Min, Median, P99, P999, Max time.Duration
+}
+
+// LatReport is what Lat measured.
+type LatReport struct {
+	LatOptions
+	Results []LatResult
+}
+
+// Write prints the report.
+func (r *LatReport) Write(w io.Writer) {
+	fmt.Fprintf(w, "uroce bench lat: RC WRITE ping-pong of %d-byte messages between two namespaces (veth, MTU %d), as ib_write_lat measures it\n",
+		r.Size, r.MTU)
+	fmt.Fprintf(w, "  %-13s %8s %9s %9s %9s %9s %9s   (µs, half round trip)\n", "engines", "iters", "min", "median", "p99", "p99.9", "max")
+	for _, x := range r.Results {
+		mode := "poll(2)"
+		if x.BusyPoll {
+			mode = "busy-polling"
+		}
+		us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+		fmt.Fprintf(w, "  %-13s %8d %9.2f %9.2f %9.2f %9.2f %9.2f\n", mode, x.Iters, us(x.Min), us(x.Median), us(x.P99), us(x.P999), us(x.Max))
+	}
+}
