@@ -80,20 +80,21 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 
 	if c.prog, err = bpf.Load(); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-			return nil, fmt.Errorf("loading the XDP program is not permitted: run uroce as root (or with CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW): %w: %w",
-				xdp.ErrPermission, err)
+			return nil, &advice{"loading the XDP program is not permitted: run uroce as root (or with CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW)",
+				[]error{xdp.ErrPermission, errnoOf(err)}}
 		}
 		return nil, err
 	}
 	if err := c.prog.Attach(li.index, mode); err != nil {
 		switch {
 		case errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST):
-			return nil, fmt.Errorf("%s already has an XDP program (another uroce, or another program: see 'ip link show %s'), and uroce does not replace it: %w",
-				name, name, err)
+			return nil, &advice{fmt.Sprintf("%s already has an XDP program (another uroce, or another program: see 'ip link show %s'); uroce does not replace it",
+				name, name), []error{errnoOf(err)}}
 		case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-			return nil, fmt.Errorf("attaching the XDP program is not permitted: run uroce as root: %w: %w", xdp.ErrPermission, err)
+			return nil, &advice{"attaching the XDP program is not permitted: run uroce as root (or with CAP_NET_ADMIN)",
+				[]error{xdp.ErrPermission, errnoOf(err)}}
 		case mode == bpf.Native && errors.Is(err, unix.EOPNOTSUPP):
-			return nil, fmt.Errorf("the driver of %s has no native XDP (use XDP mode generic or auto): %w", name, err)
+			return nil, &advice{fmt.Sprintf("the driver of %s has no native XDP: use XDP mode generic (or auto)", name), []error{errnoOf(err)}}
 		}
 		return nil, err
 	}
@@ -143,14 +144,43 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 func explainSocketError(err error, name string, q, mtu int, multi bool) error {
 	switch {
 	case errors.Is(err, xdp.ErrNoAFXDP):
-		return fmt.Errorf("this kernel has no AF_XDP sockets: uroce needs Linux 5.10 or later built with CONFIG_XDP_SOCKETS: %w", err)
+		return &advice{"this kernel has no AF_XDP sockets: uroce needs Linux 5.10 or later built with CONFIG_XDP_SOCKETS",
+			[]error{xdp.ErrNoAFXDP, errnoOf(err)}}
 	case errors.Is(err, xdp.ErrPermission):
-		return fmt.Errorf("AF_XDP sockets are not permitted: run uroce as root (or with CAP_NET_RAW and CAP_NET_ADMIN): %w", err)
+		return &advice{"AF_XDP sockets are not permitted: run uroce as root (or with CAP_NET_RAW and CAP_NET_ADMIN)",
+			[]error{xdp.ErrPermission, errnoOf(err)}}
 	case errors.Is(err, xdp.ErrQueueBusy):
 		return fmt.Errorf("queue %d of %s already has an AF_XDP socket (is another uroce running on %s?): %w", q, name, name, err)
 	case multi && errors.Is(err, unix.EINVAL):
 		return fmt.Errorf("the kernel refused a multi-buffer AF_XDP socket, which mtu %d needs (Linux 6.6 or later; or lower the mtu of %s to 3800): %w",
 			mtu, name, err)
+	}
+	return err
+}
+
+// advice is an error that says what to do in place of the layers of
+// messages below it, which it still matches (errors.Is).
+type advice struct {
+	msg  string
+	errs []error
+}
+
+func (a *advice) Error() string {
+	for _, e := range a.errs {
+		if _, ok := e.(unix.Errno); ok {
+			return a.msg + " (" + e.Error() + ")"
+		}
+	}
+	return a.msg
+}
+
+func (a *advice) Unwrap() []error { return a.errs }
+
+// errnoOf returns the system error inside err, or err.
+func errnoOf(err error) error {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return errno
 	}
 	return err
 }

@@ -5,7 +5,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -217,4 +222,53 @@ func localFor(ip string) netip.Addr {
 		return netip.MustParseAddr("192.0.2.1")
 	}
 	return netip.MustParseAddr("2001:db8::1")
+}
+
+// TestOpenNotRoot checks the error without privileges: as root, the test
+// runs itself again as user nobody inside a test namespace.
+func TestOpenNotRoot(t *testing.T) {
+	if dev := os.Getenv("UROCE_TEST_NOTROOT_IFACE"); dev != "" {
+		if os.Geteuid() == 0 {
+			t.Fatal("still root")
+		}
+		_, err := stack.Open(context.Background(), stack.Config{Interface: dev})
+		if !errors.Is(err, xdp.ErrPermission) || !strings.Contains(err.Error(), "run uroce as root") {
+			t.Fatalf("open as nobody: %v", err)
+		}
+		t.Log(err)
+		return
+	}
+	p := vethPair(t, 1500)
+	// The test binary's own directory is private to root.
+	dir, err := os.MkdirTemp("", "uroce-notroot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "stack.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err == nil {
+		err = os.WriteFile(bin, data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestOpenNotRoot$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "UROCE_TEST_NOTROOT_IFACE="+p.DevA)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out []byte
+	// Started from a thread inside the namespace, the child lives there.
+	err = p.A.Do(func() error {
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestOpenNotRoot") {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
