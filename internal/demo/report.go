@@ -85,19 +85,19 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  faults injected on what each side transmits: %s (seed %d)\n", faultSpec(&r.Options), r.Seed)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  %-18s %8s %7s %10s %9s %9s   %s\n", "operation", "messages", "size", "data", "time", "Gbit/s", "latency µs min/median/p99")
+	fmt.Fprintf(w, "  %-18s %8s %5s %7s %10s %9s %9s   %s\n", "operation", "messages", "lost", "size", "data", "time", "Gbit/s", "latency µs min/median/p99")
 	var msgs int
 	var bytes int64
 	for _, x := range r.Results {
-		n := fmt.Sprint(x.Messages)
-		if x.Lost > 0 {
-			n = fmt.Sprintf("%d (%d lost)", x.Messages, x.Lost)
+		lost := "-"
+		if !x.Op.reliable() {
+			lost = fmt.Sprint(x.Lost)
 		}
 		lat := "-"
 		if x.Latency.N > 0 {
 			lat = fmt.Sprintf("%s / %s / %s", us(x.Latency.Min), us(x.Latency.Median), us(x.Latency.P99))
 		}
-		fmt.Fprintf(w, "  %-18v %8s %7d %10s %8.3fs %9.3f   %s\n", x.Op, n, x.Size, size(x.Bytes), x.Elapsed.Seconds(), x.Gbps(), lat)
+		fmt.Fprintf(w, "  %-18v %8d %5s %7d %10s %8.3fs %9.3f   %s\n", x.Op, x.Messages, lost, x.Size, size(x.Bytes), x.Elapsed.Seconds(), x.Gbps(), lat)
 		msgs += x.Messages
 		bytes += x.Bytes
 	}
