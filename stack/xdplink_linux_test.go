@@ -34,9 +34,9 @@ func xdpLinkPair(t testing.TB, mtu int) (a, b *xdpLink, macA, macB [6]byte) {
 	return da.engines[0].link.(*xdpLink), db.engines[0].link.(*xdpLink), da.MAC(), db.MAC()
 }
 
-// rocePacket builds an Ethernet/IPv4/UDP frame to port 4791 of n bytes,
+// xdpTestFrame builds an Ethernet/IPv4/UDP frame to port 4791 of n bytes,
 // which the XDP program hands to the AF_XDP socket (it checks no more).
-func rocePacket(dst, src [6]byte, n int, seq byte) []byte {
+func xdpTestFrame(dst, src [6]byte, n int, seq byte) []byte {
 	f := make([]byte, n)
 	copy(f[0:], dst[:])
 	copy(f[6:], src[:])
@@ -55,8 +55,8 @@ func rocePacket(dst, src [6]byte, n int, seq byte) []byte {
 	return f
 }
 
-// receiveOne polls l until a frame arrives and returns a copy of it.
-func receiveOne(t testing.TB, l *xdpLink, rx [][]byte) int {
+// xdpReceiveOne polls l until a frame arrives and returns a copy of it.
+func xdpReceiveOne(t testing.TB, l *xdpLink, rx [][]byte) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if n := l.Receive(rx); n > 0 {
@@ -77,23 +77,23 @@ func TestXDPLinkFrames(t *testing.T) {
 			if n > mtu+14 {
 				continue
 			}
-			f := rocePacket(macB, macA, n, byte(n))
+			f := xdpTestFrame(macB, macA, n, byte(n))
 			if got := a.Transmit([][]byte{f}); got != 1 {
 				t.Fatalf("mtu %d: transmit took %d", mtu, got)
 			}
-			k := receiveOne(t, b, rx)
+			k := xdpReceiveOne(t, b, rx)
 			if k != 1 || string(rx[0]) != string(f) {
 				t.Errorf("mtu %d: %d-byte frame: got %d frames, first %d bytes", mtu, n, k, len(rx[0]))
 			}
 			b.Release()
 		}
 		// A frame longer than the MTU allows is taken and dropped.
-		big := rocePacket(macB, macA, mtu+100, 1)
-		small := rocePacket(macB, macA, 100, 2)
+		big := xdpTestFrame(macB, macA, mtu+100, 1)
+		small := xdpTestFrame(macB, macA, 100, 2)
 		if got := a.Transmit([][]byte{big, small}); got != 2 {
 			t.Errorf("transmit of oversize + small took %d", got)
 		}
-		if k := receiveOne(t, b, rx); k != 1 || len(rx[0]) != 100 {
+		if k := xdpReceiveOne(t, b, rx); k != 1 || len(rx[0]) != 100 {
 			t.Errorf("after an oversize frame: %d frames, %d bytes", k, len(rx[0]))
 		}
 		b.Release()
@@ -153,10 +153,10 @@ func TestXDPLinkWakeAndClose(t *testing.T) {
 // held: the socket stays until they are released.
 func TestXDPLinkCloseWhileLent(t *testing.T) {
 	a, b, macA, macB := xdpLinkPair(t, 1500)
-	f := rocePacket(macB, macA, 200, 3)
+	f := xdpTestFrame(macB, macA, 200, 3)
 	a.Transmit([][]byte{f})
 	rx := make([][]byte, 4)
-	receiveOne(t, b, rx)
+	xdpReceiveOne(t, b, rx)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestXDPLinkCloseWhileLent(t *testing.T) {
 func TestXDPLinkNoAllocs(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		a, b, macA, macB := xdpLinkPair(t, mtu)
-		frames := [][]byte{rocePacket(macB, macA, 1000, 1), rocePacket(macB, macA, mtu+14, 2)}
+		frames := [][]byte{xdpTestFrame(macB, macA, 1000, 1), xdpTestFrame(macB, macA, mtu+14, 2)}
 		rx := make([][]byte, 8)
 		allocs := testing.AllocsPerRun(200, func() {
 			a.Transmit(frames)
@@ -205,7 +205,7 @@ func BenchmarkXDPLink(b *testing.B) {
 			la, lb, macA, macB := xdpLinkPair(b, c.mtu)
 			batch := make([][]byte, 64)
 			for i := range batch {
-				batch[i] = rocePacket(macB, macA, c.size, byte(i))
+				batch[i] = xdpTestFrame(macB, macA, c.size, byte(i))
 			}
 			rx := make([][]byte, 64)
 			lost := 0
