@@ -67,7 +67,7 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	queues := max(li.rxQueues, 1)
+	queues := min(max(li.rxQueues, 1), bpf.MaxQueues)
 	if cfg.Queues > 0 {
 		if cfg.Queues > queues {
 			return nil, fmt.Errorf("%d queues asked for, %s has %d: %w", cfg.Queues, name, queues, ErrInvalidArg)
@@ -120,7 +120,9 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 		}
 		var link Link = l
 		if cfg.WrapLink != nil {
-			link = cfg.WrapLink(q, l)
+			if w := cfg.WrapLink(q, l); w != nil {
+				link = w
+			}
 		}
 		c.links = append(c.links, link)
 		if err := c.prog.Register(q, s.FD()); err != nil {
