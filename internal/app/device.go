@@ -25,8 +25,9 @@ type DeviceFlags struct {
 	Seed                       uint64
 	// Stats prints the device's counters when the tool ends.
 	Stats bool
-	// SendWindow bounds the request PSNs an RC QP keeps unacknowledged
-	// (stack.Config.SendWindow); 0 means no bound.
+	// SendWindow bounds the SEND and WRITE packets an RC QP keeps
+	// unacknowledged (stack.Config.SendWindow: 0 is the stack's default,
+	// negative no bound).
 	SendWindow int
 
 	links  []stack.Link       // as opened on the interface
@@ -47,17 +48,8 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.Reorder, "reorder", 0, "reorder this fraction of the frames uroce transmits (fault injection)")
 	fs.Uint64Var(&f.Seed, "fault-seed", 1, "seed of the fault injection")
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
-	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request PSNs an RC QP may have unacknowledged (0: no bound)")
+	fs.IntVar(&f.SendWindow, "send-window", 0, "SEND and WRITE packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 }
-
-// DefaultSendWindow is the tools' default bound on unacknowledged request
-// PSNs per RC QP. Without one, perftest's 128 outstanding 1 MiB READs put
-// 128 MiB of responses in flight, and a single loss has the responder
-// (rdma_rxe serves re-requests after everything queued before them)
-// answer the re-request only after the local ACK timer ran out seven
-// times. rdma_rxe bounds its own requests at 128 PSNs; 1024 keeps one
-// 1 MiB READ (or a megabyte of writes at MTU 1024) in flight.
-const DefaultSendWindow = 1024
 
 // ErrNoInterface is returned by Open when no interface was named.
 var ErrNoInterface = errors.New("no network interface given: name it with -d IFACE")
@@ -77,9 +69,6 @@ func (f *DeviceFlags) Open(ctx context.Context) (*stack.Device, error) {
 		if p < 0 || p > 1 {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
-	}
-	if f.SendWindow < 0 {
-		return nil, fmt.Errorf("send window %d", f.SendWindow)
 	}
 	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow}
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {

@@ -112,7 +112,9 @@ func perfStep(tool perfTool, args string, guestClient bool, uroceExtra ...string
 var (
 	perfAddrRE = regexp.MustCompile(`(?m)^ (local|remote) address: (LID .*)\n GID: (.*)$`)
 	bwLineRE   = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
-	latLineRE  = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) +(\d+\.\d\d) +\t +(\d+\.\d\d) +\t(\d+\.\d\d) *\t\t(\d+\.\d\d) *\t\t(\d+\.\d\d) *$`)
+	// perftest prints "-nan" for the deviation when its integer squares
+	// overflow (latencies of tens of milliseconds, as after a loss).
+	latLineRE = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) +(\d+\.\d\d) +\t +(\d+\.\d\d) +\t(\d+\.\d\d|-?nan) *\t\t(\d+\.\d\d) *\t\t(\d+\.\d\d) *$`)
 )
 
 // checkPerf checks that each side names the other's QPs as they named

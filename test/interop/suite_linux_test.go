@@ -3,6 +3,7 @@ package interop
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // both returns the step in both directions: rxe server and uroce client,
@@ -46,8 +47,193 @@ func TestMTU1024(t *testing.T) {
 		[]step{perfStep(writeLat, "-n 50 -s 2", false), perfStep(writeLat, "-n 20 -s 65537", true)},
 		[]step{perfStep(readLat, "-n 20 -s 1048576", false), perfStep(readLat, "-n 50 -s 1", true)},
 		[]step{perfStep(sendLat, "-n 50 -s 5", false), perfStep(sendLat, "-n 20 -s 100000", true)},
+		errorSteps(),
 	)}
 	g.run(t)
 }
 
-var _ = strings.Fields
+// expectNAKs checks that the step's capture shows NAKs with code (a
+// bth NAK name) sent by from, and nothing else unexpected.
+func expectNAKs(code, from string) func(t *testing.T, f *findings) {
+	return func(t *testing.T, f *findings) {
+		t.Helper()
+		if f.naks[code+" from "+from] == 0 {
+			t.Errorf("no %s NAK from %s in the capture: %s", code, from, f)
+		}
+		if n := len(f.by["rnr_nak"]); n > 0 {
+			t.Errorf("unexpected RNR NAKs: %v", f.by["rnr_nak"])
+		}
+	}
+}
+
+// expectRNR checks that the step's capture shows RNR NAKs sent by from.
+func expectRNR(from string) func(t *testing.T, f *findings) {
+	return func(t *testing.T, f *findings) {
+		t.Helper()
+		if f.count("rnr_nak", from) == 0 {
+			t.Errorf("no RNR NAK from %s in the capture: %s", from, f)
+		}
+	}
+}
+
+// outputHas wraps a step's check with lines both sides must print.
+func outputHas(s step, guestWants, uroceWants []string) step {
+	prev := s.check
+	s.check = func(t *testing.T, g, u string) {
+		t.Helper()
+		for _, w := range guestWants {
+			if !strings.Contains(g, w) {
+				t.Errorf("step %s: the guest's output lacks %q", s.name, w)
+			}
+		}
+		for _, w := range uroceWants {
+			if !strings.Contains(u, w) {
+				t.Errorf("step %s: uroce's output lacks %q", s.name, w)
+			}
+		}
+		if prev != nil && s.guestExit == 0 && s.uroceExit == 0 {
+			prev(t, g, u)
+		}
+	}
+	return s
+}
+
+// errorSteps are the RNR and remote access error cases.
+func errorSteps() []step {
+	var out []step
+	// A uroce receiver that posts its receives only 200 ms into the
+	// run: the rxe sender meets RNR NAKs, retries (rnr_retry 7:
+	// forever) and completes.
+	s := perfStep(sendBW, "-n 200 -s 64", true, "--late-recv", "200ms")
+	s.name = "rnr-uroce-receiver"
+	s.capture = expectRNR(uroceAddr)
+	out = append(out, s)
+	// An rxe receiver with one receive posted at a time and a uroce
+	// sender with rnr_retry 0: uroce's SEND fails with "RNR retry
+	// counter exceeded" (13); the rxe server waits for messages that
+	// never come until its timeout.
+	s = perfStep(sendBW, "-n 200 -s 64 -r 1", false, "--rnr-retry", "0")
+	s.uroce = removeArgs(s.uroce, "-r", "1")
+	s.name = "rnr-rxe-receiver"
+	s.uroceExit, s.guestExit, s.guestTimeout = 1, 124, 12*time.Second
+	s.capture = expectRNR(guestAddr)
+	out = append(out, outputHas(s, nil, []string{" Failed status 13: wr_id 0"}))
+	// A uroce client writing with a bad R_Key: rxe NAKs with a remote
+	// access error, uroce's WRITE completes with status 10; the rxe
+	// server loses its client and fails.
+	s = perfStep(writeBW, "-n 20 -s 64", false, "--bad-rkey")
+	s.name = "badrkey-uroce-writer"
+	s.uroceExit, s.guestExit = 1, 1
+	s.capture = expectNAKs("remote_access_error", guestAddr)
+	out = append(out, outputHas(s, []string{"Failed to exchange data between server and clients"}, []string{" Failed status 10: wr_id 0"}))
+	// A uroce server advertising a bad R_Key: uroce NAKs the rxe
+	// client's WRITEs and READs with a remote access error, and the
+	// stock client reports status 10.
+	for _, tool := range []perfTool{writeBW, readBW} {
+		s = perfStep(tool, "-n 20 -s 64", true, "--bad-rkey")
+		s.name = "badrkey-uroce-target-" + tool.ours
+		s.uroceExit, s.guestExit = 1, 1
+		s.capture = expectNAKs("remote_access_error", uroceAddr)
+		out = append(out, outputHas(s, []string{" Completion with error at client\n Failed status 10: wr_id 0"}, nil))
+	}
+	return out
+}
+
+// removeArgs returns args without the first occurrence of the sequence rm.
+func removeArgs(args []string, rm ...string) []string {
+	for i := 0; i+len(rm) <= len(args); i++ {
+		if strings.Join(args[i:i+len(rm)], "\x00") == strings.Join(rm, "\x00") {
+			return append(append([]string(nil), args[:i]...), args[i+len(rm):]...)
+		}
+	}
+	return args
+}
+
+// TestMTU4096 runs the tools both ways at path MTU 4096 (netdev 9000),
+// with messages up to 1 MiB and a write_bw over every size (-a).
+func TestMTU4096(t *testing.T) {
+	t.Parallel()
+	g := group{mtu: 9000, pcap: "mtu4096.pcap", steps: concat(
+		ppBoth("rc", "-m 4096 -n 5 -s 1048576"),
+		ppBoth("rc", "-m 4096 -n 20 -s 5001"),
+		ppBoth("uc", "-m 4096 -n 20 -s 9000"),
+		ppBoth("ud", "-n 20 -s 4096"),
+		ppBoth("srq", "-m 4096 -n 30 -s 4096 -q 3"),
+		perfBoth(writeBW, "-n 10 -s 1048576"),
+		perfBoth(readBW, "-n 10 -s 1048576"),
+		perfBoth(sendBW, "-n 50 -s 65536"),
+		perfBoth(atomicBW, "-n 50"),
+		[]step{perfStep(writeLat, "-n 5 -s 1048576", false), perfStep(writeLat, "-n 50 -s 4097", true)},
+		[]step{perfStep(readLat, "-n 50 -s 4096", false), perfStep(readLat, "-n 5 -s 1048576", true)},
+		[]step{perfStep(sendLat, "-n 5 -s 1048576", false), perfStep(sendLat, "-n 50 -s 4095", true)},
+		[]step{perfStep(writeBW, "-a -n 5", false)},
+	)}
+	g.run(t)
+}
+
+// lossSteps are the reliable-transport steps of the loss tests: each
+// completes, pingpong data is checked message by message and the atomic
+// server (uroce) checks that every addition happened exactly once.
+func lossSteps(extra ...string) []step {
+	atomicGS := perfStep(atomicBW, "-n 300", false, extra...)
+	atomicGC := perfStep(atomicBW, "-n 300", true, append([]string{"--verify"}, extra...)...)
+	atomicGC = outputHas(atomicGC, nil, []string{"each exactly once"})
+	return concat(
+		ppBoth("rc", "-n 200 -s 4096", extra...),
+		ppBoth("srq", "-n 100 -s 2000 -q 2", extra...),
+		perfBoth(writeBW, "-n 300 -s 8192", extra...),
+		perfBoth(readBW, "-n 300 -s 8192", extra...),
+		perfBoth(readBW, "-n 10 -s 1048576", extra...),
+		perfBoth(sendBW, "-n 300 -s 4096", extra...),
+		[]step{atomicGS, atomicGC},
+		perfBoth(writeLat, "-n 100 -s 1500", extra...),
+		perfBoth(readLat, "-n 100 -s 3000", extra...),
+		perfBoth(sendLat, "-n 100 -s 2500", extra...),
+	)
+}
+
+// lossCapture accepts what loss brings (NAKs of PSN sequence errors,
+// retransmissions) but no other NAK and no RNR NAK.
+func lossCapture(t *testing.T, f *findings) {
+	t.Helper()
+	for code, n := range f.naks {
+		if !strings.HasPrefix(code, "psn_sequence_error ") {
+			t.Errorf("%d NAKs %q: %v", n, code, f.msgs)
+		}
+	}
+	if len(f.by["rnr_nak"]) > 0 {
+		t.Errorf("RNR NAKs: %v", f.by["rnr_nak"])
+	}
+}
+
+// TestRxeLoss loses 3% of what the rxe guest sends (netem on its eth0):
+// uroce recovers from lost requests, responses and ACKs, and rxe from
+// lost ACKs and NAKs of uroce's.
+func TestRxeLoss(t *testing.T) {
+	t.Parallel()
+	steps := lossSteps()
+	for i := range steps {
+		steps[i].capture = lossCapture
+		n := steps[i].name
+		// The stock side ends on a receive and leaves at once: the
+		// ACK of uroce's last message may be lost with it.
+		if strings.HasPrefix(n, "pp-rc-gc") || strings.HasPrefix(n, "pp-srq-") || strings.HasPrefix(n, "ib_write_lat-gs") {
+			steps[i].peerMayLeave = true
+		}
+	}
+	g := group{mtu: 1500, netem: "loss 3%", pcap: "rxe-loss.pcap", steps: steps}
+	g.run(t)
+}
+
+// TestUroceLoss loses 3% of what uroce sends and duplicates and reorders
+// 1% (uroce's fault injection): rxe handles the gaps, duplicates and
+// reordering, and uroce recovers its own losses.
+func TestUroceLoss(t *testing.T) {
+	t.Parallel()
+	steps := lossSteps("--drop", "0.03", "--dup", "0.01", "--reorder", "0.01")
+	for i := range steps {
+		steps[i].capture = lossCapture
+	}
+	g := group{mtu: 1500, pcap: "uroce-loss.pcap", steps: steps}
+	g.run(t)
+}

@@ -30,6 +30,18 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 	}
 	cqMod := uint64(cfg.CQMod)
 	tx := uint64(cfg.TxDepth)
+	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
+		// READs in flight: at most the read window's worth (but one).
+		win := uint64(cfg.ReadWindow)
+		if win == 0 {
+			win = DefaultReadWindow
+		}
+		if n := max(win/size, 1); n < tx {
+			tx = n
+		}
+		// Every completion must come within the window.
+		cqMod = min(cqMod, tx)
+	}
 	var totS, totC uint64
 	for totS < tot || totC < tot {
 		for i, q := range s.qps {
@@ -82,7 +94,7 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 		// value; so must MeasureBW.
 		completed[0] = math.MaxInt64 / 2
 	}
-	return pt.MeasureBW(size, posted, completed, cfg.CQMod, 1e9, cfg.Gbits)
+	return pt.MeasureBW(size, posted, completed, int(cqMod), 1e9, cfg.Gbits)
 }
 
 // runBWServer is ib_send_bw's server (run_iter_bw_server): it counts the

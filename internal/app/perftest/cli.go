@@ -50,13 +50,15 @@ uroce's own:
   --verify                 check the data where possible (atomic server: every addition exactly once)
   --bad-rkey               use (client) or advertise (server) an R_Key the peer's region lacks
   --rnr-retry=N            rnr_retry N instead of 7
+  --read-window=BYTES      READ bytes a read client keeps in flight per QP (default 1 MiB, -1: none)
+  --late-recv=D            send server: post the receives D after the run started (RNR NAKs)
   --infinite-retry         retry_cnt 7 retries forever (rdma_rxe's reading)
   --connect-wait=D         how long a client retries a refused connection (default 10s)
   --xdp-mode=MODE          auto, native or generic
   --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
                            fault injection on the frames uroce sends/receives
   --stats                print the device and AF_XDP counters at the end
-  --send-window=N        request PSNs an RC QP may have unacknowledged (default 1024, 0: no bound)
+  --send-window=N        SEND/WRITE packets an RC QP may have unacknowledged (0: the stack's default, -1: none)
 `
 
 // ParseTool names a tool: write|read|send|atomic with lat selecting the
@@ -190,6 +192,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&rnrRetry, "rnr-retry")
 	bools(&cfg.InfiniteRetry, "infinite-retry")
 	fs.DurationVar(&connectWait, "connect-wait", connectWait, "")
+	fs.DurationVar(&cfg.LateRecv, "late-recv", 0, "")
+	ints(&cfg.ReadWindow, "read-window")
 	var unsupported []string
 	for _, n := range []string{"b", "bidirectional", "R", "rdma_cm", "z", "com_rdma_cm", "D", "duration", "l", "post_list", "run_infinitely"} {
 		n := n
@@ -225,6 +229,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage(fmt.Errorf("ib-port %d: a uroce device has port 1 only", ibPort))
 	case conn != "" && conn != "RC":
 		return usage(fmt.Errorf("connection type %s: %w (RC only)", conn, ErrUnsupported))
+	case cfg.LateRecv > 0 && cfg.Tool != pt.SendBW:
+		return usage(errors.New("--late-recv applies to the send bandwidth test only"))
 	case rnrRetry > 7:
 		return usage(fmt.Errorf("rnr retry %d: want 0 to 7", rnrRetry))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
 )
@@ -35,6 +36,15 @@ const (
 	addValue       = 1 // ATOMIC_ADD_VALUE
 	swapValue      = 0 // ATOMIC_SWAP_VALUE
 )
+
+// DefaultReadWindow is the default Config.ReadWindow: one 1 MiB READ at a
+// time. Every READ in flight after a lost response is requested again
+// (go-back-N), and rdma_rxe answers each in full again: perftest's 128
+// outstanding 1 MiB READs turn one lost packet into 128 MiB of
+// responses, which an emulated peer cannot send before the ACK timer
+// runs out seven times. rdma_rxe's own requester keeps at most 128 PSNs
+// in flight, one such READ.
+const DefaultReadWindow = 1 << 20
 
 // AutoGID asks for the device's best GID: the first IPv4 one, as perftest
 // picks without -x.
@@ -80,6 +90,14 @@ type Config struct {
 	RNRRetry    uint8
 	// InfiniteRetry gives retry_cnt 7 rdma_rxe's meaning (retry forever).
 	InfiniteRetry bool
+	// ReadWindow bounds the bytes of RDMA READs a client keeps in flight
+	// per QP (at least one READ); 0 means DefaultReadWindow, negative no
+	// bound but tx_depth and max_rd_atomic.
+	ReadWindow int
+	// LateRecv makes an ib_send_bw server post its receives this long
+	// after the run started instead of before it: the client's first
+	// SENDs meet an empty receive queue and are answered with RNR NAKs.
+	LateRecv time.Duration
 
 	// Device is the name printed as the device (the interface).
 	Device string

@@ -81,13 +81,24 @@ func (s *session) runLatWrite(size uint64) ([]int64, error) {
 				return nil, err
 			}
 			if wc.Status != qp.WCSuccess {
-				return nil, s.sendFailed(&wc, scnt, ccnt)
+				err := s.sendFailed(&wc, scnt, ccnt)
+				if wc.Status == qp.WCRetryExcErr && rcnt >= iters && ccnt == iters-1 {
+					// The peer's last WRITE arrived: it is done and
+					// may have left without our last WRITE's ACK
+					// reaching us, as the stock tools do.
+					err = fmt.Errorf("%w (%s)", err, PeerLeftHint)
+				}
+				return nil, err
 			}
 			ccnt++
 		}
 	}
 	return posted, nil
 }
+
+// PeerLeftHint explains a retry failure of ib_write_lat's last WRITE
+// after the peer's last WRITE arrived.
+const PeerLeftHint = "the peer's last WRITE arrived: the peer may have left before the ACK of our last one reached us"
 
 // runLatRead is ib_read_lat's client run (run_iter_lat): one signaled
 // READ at a time.

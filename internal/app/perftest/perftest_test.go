@@ -273,8 +273,17 @@ func TestRNR(t *testing.T) {
 	if ctr.Map()["send_rnr_err"] == 0 {
 		t.Errorf("the server sent no RNR NAK: %v", ctr.Map())
 	}
+	// Receives posted only after the run started: the first SENDs meet
+	// none, and the client's rnr_retry 0 fails at once.
+	srv.LateRecv, srv.RxDepth = 50*time.Millisecond, 0
+	ctrA := p.A.Counters()
+	before := ctrA.Map()["send_rnr_err"]
 	cli.SetRNRRetry, cli.RNRRetry = true, 0
 	s, c = runPair(t, p, srv, cli)
+	ctrA = p.A.Counters()
+	if ctrA.Map()["send_rnr_err"] == before {
+		t.Errorf("no RNR NAK with late receives")
+	}
 	if !errors.Is(c.err, ErrCompletion) || !strings.Contains(c.log.String(), "Failed status 13:") {
 		t.Fatalf("client: %v\n%s", c.err, c.log.String())
 	}
@@ -333,5 +342,20 @@ func TestLossyPipe(t *testing.T) {
 				t.Errorf("nothing dropped: %+v", st)
 			}
 		})
+	}
+}
+
+// TestReadWindow: with 64 KiB READs, CQ moderation asked for 16 and a
+// read window of 128 KiB, the client keeps two READs in flight and
+// signals each, and the test completes.
+func TestReadWindow(t *testing.T) {
+	p := apptest.NewPair(t, 9000, nil)
+	cfg := Config{Tool: pt.ReadBW, Size: 65536, Iters: 40, CQMod: 16, ReadWindow: 128 << 10, GIDIndex: AutoGID}
+	s, c := runPair(t, p, cfg, cfg)
+	if s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v", s.err, c.err)
+	}
+	if r := c.res.Reports[0]; r.Iters != 40 || r.Size != 65536 {
+		t.Errorf("report %+v", r)
 	}
 }

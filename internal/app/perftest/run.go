@@ -418,6 +418,15 @@ func (s *session) prepare(r int) error {
 	if cfg.verb() != pt.Send || (cfg.Tool.BW() && cfg.Client) {
 		return nil
 	}
+	if cfg.LateRecv > 0 && cfg.Tool == pt.SendBW {
+		return nil // runBWServer posts them
+	}
+	return s.postRecvs(r)
+}
+
+// postRecvs posts rx_depth receives per QP for run r.
+func (s *session) postRecvs(r int) error {
+	cfg := &s.cfg
 	size := cfg.sizes[r]
 	for i, q := range s.qps {
 		base := s.recvBase(i)
@@ -465,6 +474,12 @@ func (s *session) run(r int) error {
 		if cfg.Client {
 			rep, err = s.runBW(size)
 		} else {
+			if cfg.LateRecv > 0 {
+				time.Sleep(cfg.LateRecv)
+				if err := s.postRecvs(r); err != nil {
+					return err
+				}
+			}
 			rep, err = s.runBWServer(size)
 		}
 		if err != nil {

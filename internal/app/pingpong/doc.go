@@ -25,9 +25,11 @@
 //     completion loop does (per QP with srq);
 //   - the two result lines, and with -c the server's page check.
 //
-// Unlike the stock client, an rc or srq client keeps its QPs for Linger
-// after the last exchange: the server still waits for the ACK of its last
-// message, and if that ACK is lost the server's retries deserve an answer.
+// Unlike the stock tools, rc and srq keep their QPs for Linger after the
+// last exchange: the peer may still wait for the ACK of its last message
+// (the rc client ends on a receive; with srq either side may), and if that
+// ACK is lost the peer's retries deserve an answer (rdma_rxe retries
+// forever).
 //
 // Where the tools need a GID index on RoCE (-g), Run defaults to the
 // device's first IPv4 GID instead of sending a zero GID. Retry count 7

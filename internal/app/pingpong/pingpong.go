@@ -40,8 +40,8 @@ const (
 	pageSize = 4096
 )
 
-// Linger is how long an RC or SRQ client keeps its QPs after the last
-// exchange: four of the peer's ACK timeouts (timeout 14 is 67 ms).
+// Linger is how long rc and srq keep their QPs after the last exchange:
+// four of the peer's ACK timeouts (timeout 14 is 67 ms).
 const Linger = 300 * time.Millisecond
 
 // AutoGID asks Run to pick the device's first IPv4 GID.
@@ -226,10 +226,11 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (Result, error) {
 		return res, err
 	}
 	io.WriteString(cfg.Stdout, pp.ResultLines(cfg.Size, cfg.Iters, res.Elapsed))
-	if cfg.Client && (cfg.Tool == pp.RC || cfg.Tool == pp.SRQ) {
-		// The client's last event is the server's last message, whose
-		// ACK the server still waits for: answer its retries if that
-		// ACK is lost instead of vanishing (the stock client does).
+	if cfg.Tool == pp.RC || cfg.Tool == pp.SRQ {
+		// The peer may still wait for the ACK of its last message (the
+		// rc client's last event is the server's last message; with
+		// srq either side may end on a receive): answer its retries if
+		// that ACK is lost, where the stock tools vanish.
 		t := time.NewTimer(Linger)
 		select {
 		case <-t.C:
@@ -437,11 +438,23 @@ func (s *session) connect(remote []pp.Dest) error {
 	return nil
 }
 
-// failed reports a failed completion the way the tools do.
-func (s *session) failed(wc *stack.WC) error {
+// failed reports a failed completion the way the tools do. rcnt is the
+// number of messages received so far.
+func (s *session) failed(wc *stack.WC, rcnt int) error {
 	fmt.Fprintf(s.cfg.Stderr, "Failed status %s (%d) for wr_id %d\n", wc.Status, int(wc.Status), int(wc.ID))
-	return fmt.Errorf("%w: %s (%d) for wr_id %d", ErrStatus, wc.Status, int(wc.Status), int(wc.ID))
+	err := fmt.Errorf("%w: %s (%d) for wr_id %d", ErrStatus, wc.Status, int(wc.Status), int(wc.ID))
+	if wc.ID == sendWRID && wc.Status == qp.WCRetryExcErr && rcnt >= s.cfg.Iters {
+		// Every message of the peer arrived: the peer is done and,
+		// like the stock tools, left without waiting for our last
+		// message's ACK to reach us.
+		err = fmt.Errorf("%w (%s)", err, PeerLeftHint)
+	}
+	return err
 }
+
+// PeerLeftHint explains a retry failure of the last send after the
+// peer's last message arrived.
+const PeerLeftHint = "all the peer's messages arrived: the peer may have left before the ACK of our last one reached us"
 
 // checkRecv verifies a received message when Verify is on. It is called
 // after the receive completed and before anything else writes the buffer.
@@ -505,7 +518,7 @@ func (s *session) loop(ctx context.Context, res *Result) error {
 		for i := 0; i < n; i++ {
 			wc := &wcs[i]
 			if wc.Status != qp.WCSuccess {
-				return s.failed(wc)
+				return s.failed(wc, rcnt)
 			}
 			switch wc.ID {
 			case sendWRID:
@@ -570,7 +583,7 @@ func (s *session) loopSRQ(ctx context.Context, res *Result) error {
 		for i := 0; i < n; i++ {
 			wc := &wcs[i]
 			if wc.Status != qp.WCSuccess {
-				return s.failed(wc)
+				return s.failed(wc, rcnt)
 			}
 			qi, ok := index[wc.QPN]
 			if !ok {
