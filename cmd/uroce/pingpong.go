@@ -48,7 +48,7 @@ uroce's own:
   --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
                          fault injection on the frames uroce sends/receives
   --stats                print the device and AF_XDP counters at the end
-  --send-window=N        SEND/WRITE packets an RC QP may have unacknowledged (0: the stack's default, -1: none)
+  --send-window=N        request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)
 `
 
 func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -25,9 +25,9 @@ type DeviceFlags struct {
 	Seed                       uint64
 	// Stats prints the device's counters when the tool ends.
 	Stats bool
-	// SendWindow bounds the SEND and WRITE packets an RC QP keeps
-	// unacknowledged (stack.Config.SendWindow: 0 is the stack's default,
-	// negative no bound).
+	// SendWindow bounds the request packets an RC QP keeps
+	// unacknowledged (stack.Config.SendWindow: 0 is the stack's
+	// default, negative no bound).
 	SendWindow int
 
 	links  []stack.Link       // as opened on the interface
@@ -48,8 +48,15 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.Reorder, "reorder", 0, "reorder this fraction of the frames uroce transmits (fault injection)")
 	fs.Uint64Var(&f.Seed, "fault-seed", 1, "seed of the fault injection")
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
-	fs.IntVar(&f.SendWindow, "send-window", 0, "SEND and WRITE packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
+	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 }
+
+// DefaultSendWindow is the tools' bound on the request packets an RC QP
+// keeps unacknowledged, rdma_rxe's own (RXE_MAX_UNACKED_PSNS, 128).
+// Go-back-N resends everything in flight after a loss; perftest's 128
+// outstanding 4 MiB WRITEs put 128 K packets in flight, which an
+// emulated peer drops in bursts faster than any retry recovers.
+const DefaultSendWindow = 128
 
 // ErrNoInterface is returned by Open when no interface was named.
 var ErrNoInterface = errors.New("no network interface given: name it with -d IFACE")

@@ -37,6 +37,11 @@ func TestMain(m *testing.M) {
 			// The tests skip themselves with the reason.
 			return m.Run()
 		}
+		if bin := os.Getenv("UROCE_INTEROP_BIN"); bin != "" {
+			// A uroce binary built elsewhere (another revision).
+			uroceBin = bin
+			return m.Run()
+		}
 		dir, err := os.MkdirTemp("", "uroce-interop-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
