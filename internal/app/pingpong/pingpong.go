@@ -239,6 +239,12 @@ func Run(ctx context.Context, dev *stack.Device, cfg Config) (Result, error) {
 		}
 	}
 	if !cfg.Client && cfg.Check {
+		// Late messages (srq's clients may send a few beyond -n) must
+		// not land while the buffer is read: no engine touches it once
+		// the QPs are destroyed.
+		for _, q := range s.qps {
+			q.Destroy()
+		}
 		off := s.dataOffset()
 		for i := 0; i < cfg.Size; i += pageSize {
 			if s.buf[off+i] != 0 {
