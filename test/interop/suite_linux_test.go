@@ -183,7 +183,7 @@ func lossSteps(extra ...string) []step {
 		ppBoth("srq", "-n 100 -s 2000 -q 2", extra...),
 		perfBoth(writeBW, "-n 300 -s 8192", extra...),
 		perfBoth(readBW, "-n 300 -s 8192", extra...),
-		perfBoth(readBW, "-n 4 -s 1048576", extra...),
+		perfBoth(readBW, "-n 5 -s 1048576", extra...),
 		perfBoth(sendBW, "-n 300 -s 4096", extra...),
 		[]step{atomicGS, atomicGC},
 		perfBoth(writeLat, "-n 100 -s 1500", extra...),
