@@ -29,14 +29,18 @@ type DeviceFlags struct {
 	// unacknowledged (stack.Config.SendWindow: 0 is the stack's
 	// default, negative no bound).
 	SendWindow int
+	// BusyPoll makes the device's engines spin on their links instead of
+	// sleeping in poll(2) (stack.Config.BusyPoll): lower latency for a
+	// whole CPU per engine.
+	BusyPoll bool
 
 	links  []stack.Link       // as opened on the interface
 	faults []*stack.FaultLink // the fault-injecting wrappers
 }
 
 // Register adds the flags to fs: -d/--ib-dev/--dev names the interface
-// (where the stock tools name the RDMA device), --xdp-mode, and the
-// fault-injection flags.
+// (where the stock tools name the RDMA device), --xdp-mode, --busy-poll,
+// --send-window, --stats and the fault-injection flags.
 func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	for _, n := range []string{"d", "ib-dev", "dev"} {
 		fs.StringVar(&f.Interface, n, "", "network interface to run on")
@@ -49,6 +53,7 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.Seed, "fault-seed", 1, "seed of the fault injection")
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
 	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
+	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
 }
 
 // DefaultSendWindow is the tools' bound on the request packets an RC QP
@@ -77,7 +82,7 @@ func (f *DeviceFlags) Open(ctx context.Context) (*stack.Device, error) {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow}
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll}
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
 		f.links = append(f.links, l)
 		if f.Faulty() {

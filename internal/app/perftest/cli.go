@@ -55,6 +55,7 @@ uroce's own:
   --infinite-retry         retry_cnt 7 retries forever (rdma_rxe's reading)
   --connect-wait=D         how long a client retries a refused connection (default 10s)
   --xdp-mode=MODE          auto, native or generic
+  --busy-poll              the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)
   --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
                            fault injection on the frames uroce sends/receives
   --stats                print the device and AF_XDP counters at the end
@@ -249,6 +250,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
 	cfg.Device = dev.Interface
+	cfg.BusyPoll = dev.BusyPoll
 	if len(rest) == 1 {
 		cfg.Client = true
 		addr := net.JoinHostPort(rest[0], strconv.Itoa(port))

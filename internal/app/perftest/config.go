@@ -98,6 +98,10 @@ type Config struct {
 	// after the run started instead of before it: the client's first
 	// SENDs meet an empty receive queue and are answered with RNR NAKs.
 	LateRecv time.Duration
+	// BusyPoll says the device's engines busy-poll (stack.Config.BusyPoll):
+	// ib_write_lat then spins longer on its memory before it sleeps (see
+	// waitByte), the CPUs being given to polling anyway.
+	BusyPoll bool
 
 	// Device is the name printed as the device (the interface).
 	Device string

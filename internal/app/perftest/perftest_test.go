@@ -96,6 +96,7 @@ func TestToolsOverPipe(t *testing.T) {
 		iters   int
 		all     bool
 		linkMTU int
+		busy    bool // Config.BusyPoll: ib_write_lat spins before it sleeps
 	}{
 		{tool: pt.WriteBW, size: 3000, iters: 50, linkMTU: 1500},
 		{tool: pt.WriteBW, size: 1, iters: 200, linkMTU: 1500},
@@ -107,6 +108,7 @@ func TestToolsOverPipe(t *testing.T) {
 		{tool: pt.AtomicBW, iters: 200, linkMTU: 1500},
 		{tool: pt.WriteLat, size: 2, iters: 50, linkMTU: 1500},
 		{tool: pt.WriteLat, size: 20000, iters: 20, linkMTU: 9000},
+		{tool: pt.WriteLat, size: 64, iters: 200, linkMTU: 1500, busy: true},
 		{tool: pt.ReadLat, size: 1000, iters: 50, linkMTU: 1500},
 		{tool: pt.SendLat, size: 7, iters: 50, linkMTU: 1500},
 		{tool: pt.SendLat, size: 5000, iters: 20, linkMTU: 9000},
@@ -114,9 +116,13 @@ func TestToolsOverPipe(t *testing.T) {
 		{tool: pt.SendBW, iters: 5, all: true, linkMTU: 1500},
 		{tool: pt.ReadLat, iters: 5, all: true, linkMTU: 9000},
 	} {
-		t.Run(fmt.Sprintf("%v/%d/all=%v", tc.tool, tc.size, tc.all), func(t *testing.T) {
+		name := fmt.Sprintf("%v/%d/all=%v", tc.tool, tc.size, tc.all)
+		if tc.busy {
+			name += "/busy"
+		}
+		t.Run(name, func(t *testing.T) {
 			p := apptest.NewPair(t, tc.linkMTU, nil)
-			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, All: tc.all, GIDIndex: AutoGID}
+			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, All: tc.all, GIDIndex: AutoGID, BusyPoll: tc.busy}
 			s, c := runPair(t, p, cfg, cfg)
 			if s.err != nil || c.err != nil {
 				t.Fatalf("server: %v (%s), client: %v (%s)\nserver output:\n%s\nclient output:\n%s", s.err, s.log.String(), c.err, c.log.String(), s.out.String(), c.out.String())
