@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -43,12 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, benchUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("uroce bench link", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("uroce bench link", benchUsage, stderr)
 	var o bench.LinkOptions
 	fs.IntVar(&o.MTU, "mtu", 9000, "MTU of the veth pair")
 	fs.IntVar(&o.Frame, "frame", 0, "raw frame size in bytes (default: the largest RoCE packet at the path MTU, 4170 at MTU 9000)")
@@ -59,47 +52,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.RawWindow, "raw-window", 512, "raw frames in flight at most")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "uroce bench link: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code := parseFlags(fs, args[1:], stderr); code >= 0 {
+		return code
 	}
 	rep, err := bench.Link(ctx, o)
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(stderr, "uroce bench link: interrupted; namespaces removed")
-		} else {
-			fmt.Fprintf(stderr, "uroce bench link: %v\n", err)
-		}
-		return 1
+		return runFailed(stderr, fs.Name(), err)
 	}
 	rep.Write(stdout)
 	return 0
 }
 
 func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("uroce bench lat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("uroce bench lat", benchUsage, stderr)
 	var o bench.LatOptions
 	fs.IntVar(&o.MTU, "mtu", 1500, "MTU of the veth pair")
 	fs.IntVar(&o.Size, "size", 64, "message size in bytes")
 	fs.IntVar(&o.Iters, "iters", 10000, "measured round trips per mode")
 	mode := fs.String("mode", "both", "engine polling: poll, busy or both")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	switch *mode {
 	case "poll":
@@ -111,14 +84,9 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "uroce bench lat: --mode %q: want poll, busy or both\n", *mode)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "uroce bench lat: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
 	rep, err := bench.Lat(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "uroce bench lat: %v\n", err)
-		return 1
+		return runFailed(stderr, fs.Name(), err)
 	}
 	rep.Write(stdout)
 	return 0

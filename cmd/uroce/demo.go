@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -29,12 +27,7 @@ flags:
 `
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("uroce demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, demoUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("uroce demo", demoUsage, stderr)
 	var o demo.Options
 	fs.IntVar(&o.MTU, "mtu", 1500, "MTU of the veth pair (9000: RoCE path MTU 4096, multi-buffer AF_XDP frames)")
 	fs.IntVar(&o.Size, "size", 65536, "message size in bytes (atomics: 8; UD: cut to the path MTU)")
@@ -48,16 +41,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "engines spin instead of sleeping in poll(2)")
 	ops := fs.String("ops", "all", "operations, comma-separated: send,write,write_imm,read,cmp_swap,fetch_add,uc_write,ud_send")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "uroce demo: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	var err error
 	if o.Ops, err = parseOps(*ops); err != nil {
@@ -72,13 +57,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rep.Write(stdout)
 	}
 	if err != nil {
-		switch {
-		case errors.Is(err, context.Canceled):
-			fmt.Fprintln(stderr, "uroce demo: interrupted; namespaces removed")
-		default:
-			fmt.Fprintf(stderr, "uroce demo: %v\n", err)
-		}
-		return 1
+		return runFailed(stderr, fs.Name(), err)
 	}
 	return 0
 }
