@@ -2,17 +2,13 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/internal/netns"
 	"github.com/uroce/uroce/qp"
@@ -27,22 +23,9 @@ func Lat(ctx context.Context, o LatOptions) (*LatReport, error) {
 	if err := o.defaults(); err != nil {
 		return nil, fmt.Errorf("bench lat: %w", err)
 	}
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
-	}
-	if fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
-		if errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, ErrNoAFXDP
-		}
-		return nil, fmt.Errorf("bench lat: create an AF_XDP socket: %w", err)
-	} else {
-		unix.Close(fd)
-	}
-	pair, err := netns.NewPair(netns.PairConfig{Prefix: "uroce-bench", MTU: o.MTU,
-		AddrA: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")},
-		AddrB: []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24")}})
+	pair, err := newPair("bench lat", o.MTU)
 	if err != nil {
-		return nil, fmt.Errorf("bench lat: %w", err)
+		return nil, err
 	}
 	defer pair.Close()
 	r := &LatReport{LatOptions: o}
@@ -104,17 +87,10 @@ func latRun(ctx context.Context, pair *netns.Pair, o *LatOptions, busy bool) (La
 		last := half + o.Size - 1
 		s.word = (*uint32)(unsafe.Pointer(&s.buf[last&^3]))
 	}
-	ips := [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
+	ips := [2]netip.Addr{addrA, addrB}
 	for i, s := range sides {
 		peer := sides[1-i]
-		if err := s.q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite}); err != nil {
-			return res, err
-		}
-		if err := s.q.ToRTR(stack.RTRAttr{DestQPN: peer.q.QPN(), AH: stack.AHAttr{DGID: ips[1-i], SGIDIndex: s.dev.GIDIndex(ips[i])},
-			RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 12}); err != nil {
-			return res, err
-		}
-		if err := s.q.ToRTS(stack.RTSAttr{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}); err != nil {
+		if err := connect(s.dev, s.q, peer.q, ips[i], ips[1-i]); err != nil {
 			return res, err
 		}
 		s.wr = stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{s.mr.SGE(0, uint32(o.Size))},

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/netns"
@@ -20,34 +16,15 @@ import (
 	"github.com/uroce/uroce/xdp"
 )
 
-// Errors Link returns before it changes anything.
-var (
-	ErrNotRoot = errors.New("uroce bench needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
-	ErrNoAFXDP = errors.New("this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): uroce needs Linux 5.10 or later built with them")
-)
-
 // Link measures the raw AF_XDP frame rate of a veth pair and the RC WRITE
 // goodput of uroce over the same kind of pair (see the package comment).
 func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 	if err := o.defaults(); err != nil {
 		return nil, fmt.Errorf("bench link: %w", err)
 	}
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
-	}
-	if fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
-		if errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, ErrNoAFXDP
-		}
-		return nil, fmt.Errorf("bench link: create an AF_XDP socket: %w", err)
-	} else {
-		unix.Close(fd)
-	}
-	pair, err := netns.NewPair(netns.PairConfig{Prefix: "uroce-bench", MTU: o.MTU,
-		AddrA: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")},
-		AddrB: []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24")}})
+	pair, err := newPair("bench link", o.MTU)
 	if err != nil {
-		return nil, fmt.Errorf("bench link: %w", err)
+		return nil, err
 	}
 	defer pair.Close()
 	r := &LinkReport{LinkOptions: o}
@@ -65,20 +42,6 @@ func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 	}
 	r.summarize()
 	return r, nil
-}
-
-// openIn opens a device on dev inside ns.
-func openIn(ctx context.Context, ns *netns.Namespace, cfg stack.Config) (*stack.Device, error) {
-	var d *stack.Device
-	err := ns.Do(func() error {
-		var err error
-		d, err = stack.Open(ctx, cfg)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("in namespace %s: %w", ns.Name(), err)
-	}
-	return d, nil
 }
 
 // xdpStatser is the AF_XDP link of an interface device.
@@ -188,7 +151,7 @@ func rawPhase(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRepo
 func buildFrames(a, b *stack.Device, n int) ([][]byte, int, error) {
 	h := bth.Headers{}
 	h.DstMAC, h.SrcMAC = b.MAC(), a.MAC()
-	h.SrcIP, h.DstIP = netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	h.SrcIP, h.DstIP = addrA, addrB
 	h.SrcPort = 49152
 	h.BTH = bth.BTHFields{Opcode: bth.OpWriteFirst, PKey: 0xffff, DestQP: 0xfffff0}
 	h.RKey, h.DMALen = 1, 1<<20
@@ -271,22 +234,11 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	if err != nil {
 		return err
 	}
-	gA, gB := a.GIDIndex(netip.MustParseAddr("192.0.2.1")), b.GIDIndex(netip.MustParseAddr("192.0.2.2"))
-	for _, c := range []struct {
-		q, peer *stack.QP
-		gid     int
-		dgid    netip.Addr
-	}{{qa, qb, gA, netip.MustParseAddr("192.0.2.2")}, {qb, qa, gB, netip.MustParseAddr("192.0.2.1")}} {
-		if err := c.q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite}); err != nil {
-			return err
-		}
-		if err := c.q.ToRTR(stack.RTRAttr{DestQPN: c.peer.QPN(), AH: stack.AHAttr{DGID: c.dgid, SGIDIndex: c.gid},
-			RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 12}); err != nil {
-			return err
-		}
-		if err := c.q.ToRTS(stack.RTSAttr{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}); err != nil {
-			return err
-		}
+	if err := connect(a, qa, qb, addrA, addrB); err != nil {
+		return err
+	}
+	if err := connect(b, qb, qa, addrB, addrA); err != nil {
+		return err
 	}
 	wr := stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{mrA.SGE(0, uint32(o.Size))},
 		Remote: stack.RemoteAddr{Addr: mrB.Addr(), RKey: mrB.RKey()}}
