@@ -84,3 +84,20 @@ func (e *Exchange) Accept(ctx context.Context) (net.Conn, error) {
 func (e *Exchange) Dial(ctx context.Context) (net.Conn, error) {
 	return oob.Dial(ctx, e.ln.Addr().String(), 10*time.Millisecond)
 }
+
+// RunBoth runs server and client at once under a context that ends after
+// timeout, and returns when both have. A client that fails cancels the
+// context, so that a server still waiting for it gives up.
+func RunBoth(timeout time.Duration, server func(ctx context.Context), client func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		server(ctx)
+	}()
+	if err := client(ctx); err != nil {
+		cancel()
+	}
+	<-done
+}

@@ -29,23 +29,14 @@ func runPair(t *testing.T, p *apptest.Pair, srv, cli Config) (s, c *side) {
 	if srv.Tool == pt.WriteLat && raceDetector {
 		t.Skip("ib_write_lat polls memory the engine writes, as perftest polls DMA'd memory: the race detector reports it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	ex := apptest.NewExchange(t)
 	s, c = &side{}, &side{}
 	srv.Connect, srv.Stdout, srv.Stderr, srv.Device = ex.Accept, &s.out, &s.log, "uroceA"
 	cli.Connect, cli.Stdout, cli.Stderr, cli.Device = ex.Dial, &c.out, &c.log, "uroceB"
 	cli.Client = true
-	done := make(chan struct{})
-	go func() {
-		s.res, s.err = Run(ctx, p.A, srv)
-		close(done)
-	}()
-	c.res, c.err = Run(ctx, p.B, cli)
-	if c.err != nil {
-		cancel()
-	}
-	<-done
+	apptest.RunBoth(60*time.Second,
+		func(ctx context.Context) { s.res, s.err = Run(ctx, p.A, srv) },
+		func(ctx context.Context) error { c.res, c.err = Run(ctx, p.B, cli); return c.err })
 	return s, c
 }
 

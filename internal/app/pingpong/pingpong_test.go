@@ -25,23 +25,14 @@ type side struct {
 // runPair runs cfg as server on device A and as client on device B.
 func runPair(t *testing.T, p *apptest.Pair, srv, cli Config) (s, c *side) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	ex := apptest.NewExchange(t)
 	s, c = &side{}, &side{}
 	srv.Connect, srv.Stdout, srv.Stderr = ex.Accept, &s.out, &s.log
 	cli.Connect, cli.Stdout, cli.Stderr = ex.Dial, &c.out, &c.log
 	cli.Client = true
-	done := make(chan struct{})
-	go func() {
-		s.res, s.err = Run(ctx, p.A, srv)
-		close(done)
-	}()
-	c.res, c.err = Run(ctx, p.B, cli)
-	if c.err != nil {
-		cancel()
-	}
-	<-done
+	apptest.RunBoth(30*time.Second,
+		func(ctx context.Context) { s.res, s.err = Run(ctx, p.A, srv) },
+		func(ctx context.Context) error { c.res, c.err = Run(ctx, p.B, cli); return c.err })
 	return s, c
 }
 
