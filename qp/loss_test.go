@@ -562,3 +562,71 @@ func TestRepeatedNAKInsideMessageIsNoProgress(t *testing.T) {
 		t.Errorf("counters %+v", *c)
 	}
 }
+
+// The default send window grows by 4 KiB for every window's worth
+// acknowledged, up to maxSendWindow, and halves on a loss, down to
+// DefaultSendWindow; a window given in Caps stays as it is.
+func TestSendWindowAdapts(t *testing.T) {
+	o := defaultConn()
+	o.mtu = MTU4096
+	n := single(t, Caps{MaxSendWR: 512}, o)
+	n.dropsPastGap()
+	_, key := n.buf(64<<10, 0x10000, 1)
+	var psn bth.PSN
+	now := Time(0)
+	// burst posts count 4 KiB WRITEs, sends what the window allows and
+	// acknowledges it all; it returns how many went out at once.
+	burst := func(count int) int {
+		for i := 0; i < count; i++ {
+			n.post(t, writeWR(uint64(i), 4096, key))
+		}
+		now++
+		n.qp.Pump(now)
+		sent := len(n.out.take())
+		for got := sent; ; {
+			psn = psn.Add(got)
+			now++
+			n.qp.Receive(now, ackPkt(t, psn.Add(-1), bth.SyndromeACKNoCredits, 0))
+			n.qp.Pump(now)
+			if got = len(n.out.take()); got == 0 {
+				break
+			}
+		}
+		return sent
+	}
+	if got := burst(40); got != DefaultSendWindow/4096 {
+		t.Fatalf("first burst %d packets, want %d", got, DefaultSendWindow/4096)
+	}
+	// 40 packets acknowledged: 160 KiB, three windows' worth or so.
+	if w := n.qp.win; w <= DefaultSendWindow || w > DefaultSendWindow+4*winGrowUnit {
+		t.Fatalf("window %d after 160 KiB acknowledged", w)
+	}
+	for i := 0; i < 40; i++ {
+		burst(100)
+	}
+	if n.qp.win != maxSendWindow {
+		t.Fatalf("window %d after 16 MiB acknowledged, want %d", n.qp.win, maxSendWindow)
+	}
+	if got := burst(100); got != maxSendWindow/4096 {
+		t.Fatalf("burst of %d packets with the window at %d", got, n.qp.win)
+	}
+	// Losses halve it, to DefaultSendWindow at least.
+	n.post(t, writeWR(1, 4096, key))
+	n.post(t, writeWR(2, 4096, key))
+	n.qp.Pump(now)
+	n.out.take()
+	for i, want := range []int{maxSendWindow / 2, maxSendWindow / 4, DefaultSendWindow, DefaultSendWindow} {
+		now += 10
+		n.qp.Receive(now, ackPkt(t, psn, bth.SyndromePSNSeqErr, 0))
+		if n.qp.win != want {
+			t.Fatalf("loss %d: window %d, want %d", i, n.qp.win, want)
+		}
+	}
+	// A window given in Caps is fixed.
+	f := single(t, Caps{SendWindow: 8 << 10}, o)
+	f.qp.growWindow(1 << 20)
+	f.qp.shrinkWindow()
+	if f.qp.win != 8<<10 {
+		t.Errorf("fixed window became %d", f.qp.win)
+	}
+}
