@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/pcaptool"
 )
 
@@ -49,7 +50,7 @@ func runPcap(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "uroce pcap: unknown subcommand %q\n%s", args[0], pcapUsage)
 		return pcaptool.ExitUsage
 	}
-	files, err := parseInterspersed(fs, args[1:])
+	files, err := app.ParseArgs(fs, args[1:])
 	if err == flag.ErrHelp {
 		fmt.Fprint(stdout, pcapUsage)
 		return pcaptool.ExitOK
@@ -66,24 +67,4 @@ func runPcap(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return pcaptool.RunDecode(stdout, stderr, files, *jsonOut)
 	}
 	return pcaptool.RunVerify(stdout, stderr, files, pcaptool.VerifyOptions{JSON: *jsonOut, Strict: *strict, Quiet: *quiet})
-}
-
-// parseInterspersed parses flags placed before, between or after the
-// file names ("--" ends the flags) and returns the file names.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return files, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(files, rest...), nil
-		}
-		files = append(files, rest[0])
-		args = rest[1:]
-	}
 }

@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/uroce/uroce/internal/app"
@@ -64,16 +62,8 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.BoolVar(&srq, "srq", false, "")
 	cfg := pingpong.Config{GIDIndex: pingpong.AutoGID}
 	port, ibPort, sl := oob.Port, 1, 0
-	intFlag := func(p *int, names ...string) {
-		for _, n := range names {
-			fs.IntVar(p, n, *p, "")
-		}
-	}
-	boolFlag := func(p *bool, names ...string) {
-		for _, n := range names {
-			fs.BoolVar(p, n, false, "")
-		}
-	}
+	f := app.Aliases{FlagSet: fs}
+	intFlag, boolFlag := f.Int, f.Bool
 	intFlag(&port, "p", "port")
 	intFlag(&ibPort, "i", "ib-port")
 	intFlag(&cfg.Size, "s", "size")
@@ -92,7 +82,7 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	help := fs.Bool("h", false, "")
 	fs.BoolVar(help, "help", false, "")
 
-	rest, err := parseInterspersed(fs, args)
+	rest, err := app.ParseArgs(fs, args)
 	if err == nil && *help {
 		fmt.Fprint(stdout, pingpongUsage)
 		return 0
@@ -125,20 +115,11 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	cfg.Check, cfg.Verify, cfg.InfiniteRetry = check, verify, infinite
 	cfg.Stdout, cfg.Stderr = stdout, stderr
-	addr := ":" + strconv.Itoa(port)
+	host := ""
 	if len(rest) == 1 {
-		cfg.Client = true
-		addr = net.JoinHostPort(rest[0], strconv.Itoa(port))
-		// The stock client tries once; retrying for a while lets it
-		// start alongside its server.
-		cfg.Connect = func(ctx context.Context) (net.Conn, error) {
-			dctx, cancel := context.WithTimeout(ctx, connectWait)
-			defer cancel()
-			return oob.Dial(dctx, addr, 100*time.Millisecond)
-		}
-	} else {
-		cfg.Connect = func(ctx context.Context) (net.Conn, error) { return oob.Listen(ctx, addr) }
+		cfg.Client, host = true, rest[0]
 	}
+	cfg.Connect = app.Connector(host, port, connectWait)
 
 	d, err := dev.Open(ctx)
 	if err != nil {

@@ -1,6 +1,8 @@
 // Package app holds what uroce's RDMA tools (pingpong, the perftest
 // compatible perf) share: opening a device on a network interface from
-// their command-line flags, with optional fault injection.
+// their command-line flags, with optional fault injection, and the
+// command-line handling itself (flags among the arguments as getopt
+// allows, flags under several names, the out-of-band connection).
 package app
 
 import (

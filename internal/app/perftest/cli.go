@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -149,21 +148,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var atomicType, conn string
 	var rnrRetry = -1
 	connectWait := 10 * time.Second
-	ints := func(p *int, names ...string) {
-		for _, n := range names {
-			fs.IntVar(p, n, *p, "")
-		}
-	}
-	bools := func(p *bool, names ...string) {
-		for _, n := range names {
-			fs.BoolVar(p, n, false, "")
-		}
-	}
-	strs := func(p *string, names ...string) {
-		for _, n := range names {
-			fs.StringVar(p, n, "", "")
-		}
-	}
+	f := app.Aliases{FlagSet: fs}
+	ints, bools, strs := f.Int, f.Bool, f.String
 	ints(&port, "p", "port")
 	ints(&ibPort, "i", "ib-port")
 	ints(&cfg.GIDIndex, "x", "gid-index")
@@ -201,7 +187,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.BoolFunc(n, "", func(string) error { unsupported = append(unsupported, n); return nil })
 	}
 
-	rest, err := parseArgs(fs, args[1:])
+	rest, err := app.ParseArgs(fs, args[1:])
 	if err != nil {
 		return usage(err)
 	}
@@ -251,18 +237,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Stdout, cfg.Stderr = stdout, stderr
 	cfg.Device = dev.Interface
 	cfg.BusyPoll = dev.BusyPoll
+	host := ""
 	if len(rest) == 1 {
-		cfg.Client = true
-		addr := net.JoinHostPort(rest[0], strconv.Itoa(port))
-		cfg.Connect = func(ctx context.Context) (net.Conn, error) {
-			dctx, cancel := context.WithTimeout(ctx, connectWait)
-			defer cancel()
-			return oob.Dial(dctx, addr, 100*time.Millisecond)
-		}
-	} else {
-		addr := ":" + strconv.Itoa(port)
-		cfg.Connect = func(ctx context.Context) (net.Conn, error) { return oob.Listen(ctx, addr) }
+		cfg.Client, host = true, rest[0]
 	}
+	cfg.Connect = app.Connector(host, port, connectWait)
 	if err := cfg.normalize(); err != nil {
 		fmt.Fprintf(stderr, "uroce perf: %v\n", err)
 		return 1
@@ -281,24 +260,4 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// parseArgs parses flags placed before, between or after the host name,
-// as getopt does for the stock tools.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		left := fs.Args()
-		if len(left) == 0 {
-			return rest, nil
-		}
-		if len(args) > len(left) && args[len(args)-len(left)-1] == "--" {
-			return append(rest, left...), nil
-		}
-		rest = append(rest, left[0])
-		args = left[1:]
-	}
 }
