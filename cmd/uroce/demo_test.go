@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/uroce/uroce/internal/netns/netnstest"
@@ -44,26 +41,7 @@ func TestDemoRuns(t *testing.T) {
 // itself again as user nobody.
 func TestDemoNotRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
-		// The test binary's own directory is private to root.
-		dir, err := os.MkdirTemp("", "uroce-notroot")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "uroce.test")
-		data, err := os.ReadFile(os.Args[0])
-		if err == nil {
-			err = os.WriteFile(bin, data, 0o755)
-		}
-		if err == nil {
-			err = os.Chmod(dir, 0o755)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-test.run=^TestDemoNotRoot$", "-test.v")
-		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		cmd := netnstest.AsNobody(t, "TestDemoNotRoot")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Skipf("cannot run the test as nobody: %v: %s", err, out)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -80,4 +82,33 @@ func NewPair(tb testing.TB, cfg netns.PairConfig) *netns.Pair {
 		}
 	})
 	return p
+}
+
+// AsNobody returns a command that runs the test binary again as user
+// nobody (uid and gid 65534), running the test named test only, verbose,
+// so that a test run as root can check what happens without privileges.
+// The binary is run from a copy in a directory anyone may read (the test's
+// own directory is private to root), removed when the test ends.
+func AsNobody(tb testing.TB, test string) *exec.Cmd {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "uroce-notroot")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, filepath.Base(os.Args[0]))
+	data, err := os.ReadFile(os.Args[0])
+	if err == nil {
+		err = os.WriteFile(bin, data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return cmd
 }
