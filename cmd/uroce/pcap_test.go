@@ -4,26 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // capture writes a pcap of RC SENDs from 192.0.2.2 to 192.0.2.1 with the
 // given PSNs; corrupt flips a payload bit of the first packet.
 func capture(t *testing.T, psns []bth.PSN, corrupt bool) string {
 	t.Helper()
-	var b bytes.Buffer
-	w := pcapgo.NewWriter(&b)
-	w.WriteFileHeader(65536, layers.LinkTypeEthernet)
+	frames := make([][]byte, len(psns))
 	for i, psn := range psns {
 		h := bth.Headers{L2L3: bth.L2L3{SrcIP: netip.MustParseAddr("192.0.2.2"), DstIP: netip.MustParseAddr("192.0.2.1"), SrcPort: 49441},
 			BTH: bth.BTHFields{Opcode: bth.OpSendOnly, PKey: 0xffff, DestQP: 0x11, PSN: psn, AckReq: true}}
@@ -34,13 +27,9 @@ func capture(t *testing.T, psns []bth.PSN, corrupt bool) string {
 		if corrupt && i == 0 {
 			buf[len(buf)-8] ^= 0x20
 		}
-		w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1700000000, 0), CaptureLength: len(buf), Length: len(buf)}, buf)
+		frames[i] = buf
 	}
-	path := filepath.Join(t.TempDir(), "c.pcap")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return pcaptest.WritePcap(t, pcaptest.Frames(frames...))
 }
 
 func lastLine(s string) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // benchCapture returns a pcap of 1000 RoCE frames: SENDs of 3000 bytes
@@ -23,7 +24,7 @@ func benchCapture(b *testing.B) ([]byte, int) {
 		frames = append(frames, resp...)
 	}
 	frames = frames[:1000]
-	data, err := os.ReadFile(writePcap(b, pkts(frames...)))
+	data, err := os.ReadFile(pcaptest.WritePcap(b, pcaptest.Frames(frames...)))
 	if err != nil {
 		b.Fatal(err)
 	}

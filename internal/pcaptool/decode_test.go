@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // decodeJSON runs RunDecode --json on paths and returns the objects.
@@ -83,9 +84,9 @@ func TestDecodeJSONCrafted(t *testing.T) {
 		h.InvKey = 0x77
 		h.SrcIP, h.DstIP = netip.AddrFrom16(h.SrcIP.As16()), netip.AddrFrom16(h.DstIP.As16())
 	}))
-	ps := pkts(frames...)
-	ps = append(ps, pkt{data: frames[0][:60], origLen: len(frames[0])})
-	objs := decodeJSON(t, writePcap(t, ps))
+	ps := pcaptest.Frames(frames...)
+	ps = append(ps, pcaptest.Frame{Data: frames[0][:60], OrigLen: len(frames[0])})
+	objs := decodeJSON(t, pcaptest.WritePcap(t, ps))
 	if len(objs) != len(ps) {
 		t.Fatalf("%d objects for %d frames", len(objs), len(ps))
 	}
@@ -148,7 +149,7 @@ func TestDecodeText(t *testing.T) {
 	frames[0] = bytes.Clone(frames[0])
 	frames[0][len(frames[0])-6] ^= 1
 	var out, errOut bytes.Buffer
-	if code := RunDecode(&out, &errOut, []string{writePcap(t, pkts(frames...))}, false); code != ExitOK {
+	if code := RunDecode(&out, &errOut, []string{pcaptest.WritePcap(t, pcaptest.Frames(frames...))}, false); code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // fuzzCaptures returns small crafted pcap and pcapng files.
@@ -21,10 +22,10 @@ func fuzzCaptures(t testing.TB) [][]byte {
 	frames = append(frames, req)
 	frames = append(frames, resp...)
 	frames = append(frames, r.ack(r.psn, bth.NAKSyndrome(0), 2))
-	ps := pkts(frames...)
-	ps[1] = pkt{data: frames[1][:80], origLen: len(frames[1])}
+	ps := pcaptest.Frames(frames...)
+	ps[1] = pcaptest.Frame{Data: frames[1][:80], OrigLen: len(frames[1])}
 	var out [][]byte
-	for _, path := range []string{writePcap(t, ps), writePcapng(t, ps)} {
+	for _, path := range []string{pcaptest.WritePcap(t, ps), pcaptest.WritePcapng(t, ps)} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -7,11 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/bth"
 )
@@ -37,12 +32,6 @@ func sharedFiles(t testing.TB) []string {
 		return nil
 	})
 	return files
-}
-
-// pkt is one frame of a crafted capture.
-type pkt struct {
-	data    []byte
-	origLen int // 0: len(data)
 }
 
 // rig builds RoCE frames between two documentation addresses: host A
@@ -141,69 +130,6 @@ func (r *rig) read(n, mtu int) (req []byte, resp [][]byte) {
 	}
 	r.psn = psn
 	return req, resp
-}
-
-// writePcap writes frames as a classic pcap file and returns its path.
-func writePcap(t testing.TB, frames []pkt) string {
-	t.Helper()
-	var b bytes.Buffer
-	w := pcapgo.NewWriter(&b)
-	if err := w.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	for i, f := range frames {
-		orig := f.origLen
-		if orig == 0 {
-			orig = len(f.data)
-		}
-		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(f.data), Length: orig}
-		if err := w.WritePacket(ci, f.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "crafted.pcap")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// writePcapng writes frames as a pcapng file and returns its path.
-func writePcapng(t testing.TB, frames []pkt) string {
-	t.Helper()
-	var b bytes.Buffer
-	w, err := pcapgo.NewNgWriter(&b, layers.LinkTypeEthernet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	for i, f := range frames {
-		orig := f.origLen
-		if orig == 0 {
-			orig = len(f.data)
-		}
-		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(f.data), Length: orig}
-		if err := w.WritePacket(ci, f.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "crafted.pcapng")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func pkts(frames ...[]byte) []pkt {
-	out := make([]pkt, len(frames))
-	for i, f := range frames {
-		out[i] = pkt{data: f}
-	}
-	return out
 }
 
 func flat(groups ...[][]byte) [][]byte {

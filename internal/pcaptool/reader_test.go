@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // readAll reads every frame of a capture held in memory.
@@ -77,19 +78,19 @@ func TestReaderMatchesPcapgo(t *testing.T) {
 func TestReaderPcapng(t *testing.T) {
 	r := newRig(t)
 	frames := flat(r.send(3000, 1024), [][]byte{r.ack(r.psn.Add(-1), bth.ACKSyndrome(31), 1)})
-	ps := pkts(frames...)
-	ps[1] = pkt{data: frames[1][:100], origLen: len(frames[1])}
-	for _, path := range []string{writePcap(t, ps), writePcapng(t, ps)} {
+	ps := pcaptest.Frames(frames...)
+	ps[1] = pcaptest.Frame{Data: frames[1][:100], OrigLen: len(frames[1])}
+	for _, path := range []string{pcaptest.WritePcap(t, ps), pcaptest.WritePcapng(t, ps)} {
 		data, _ := os.ReadFile(path)
 		got, err := readAll(t, data)
 		if err != nil || len(got) != len(frames) {
 			t.Fatalf("%s: %d frames, %v", path, len(got), err)
 		}
 		for i, f := range got {
-			if !bytes.Equal(f.Data, ps[i].data) || f.Truncated() != (i == 1) || f.LinkType != LinkEthernet {
+			if !bytes.Equal(f.Data, ps[i].Data) || f.Truncated() != (i == 1) || f.LinkType != LinkEthernet {
 				t.Errorf("%s frame %d: %d bytes, truncated %v", path, i+1, len(f.Data), f.Truncated())
 			}
-			want := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Millisecond)
+			want := pcaptest.Start.Add(time.Duration(i) * time.Millisecond)
 			if !f.Time.Equal(want) {
 				t.Errorf("%s frame %d: time %v, want %v", path, i+1, f.Time, want)
 			}
@@ -187,7 +188,7 @@ func TestReaderByteOrderAndLinkTypes(t *testing.T) {
 func TestReaderDamage(t *testing.T) {
 	r := newRig(t)
 	frames := flat(r.send(2000, 1024), [][]byte{r.ack(0, bth.ACKSyndrome(31), 1)})
-	for _, path := range []string{writePcap(t, pkts(frames...)), writePcapng(t, pkts(frames...))} {
+	for _, path := range []string{pcaptest.WritePcap(t, pcaptest.Frames(frames...)), pcaptest.WritePcapng(t, pcaptest.Frames(frames...))} {
 		data, _ := os.ReadFile(path)
 		for cut := 0; cut < len(data); cut++ {
 			got, err := readAll(t, data[:cut])

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 var summaryRE = regexp.MustCompile(`^(\d+) packets, (\d+) roce, (\d+) icrc_ok, (\d+) icrc_bad, (\d+) malformed$`)
@@ -64,7 +65,7 @@ func cleanExchange(r *rig) [][]byte {
 
 func TestVerifyClean(t *testing.T) {
 	frames := cleanExchange(newRig(t))
-	for _, path := range []string{writePcap(t, pkts(frames...)), writePcapng(t, pkts(frames...))} {
+	for _, path := range []string{pcaptest.WritePcap(t, pcaptest.Frames(frames...)), pcaptest.WritePcapng(t, pcaptest.Frames(frames...))} {
 		code, lines, last := verify(t, VerifyOptions{Strict: true}, path)
 		if code != ExitOK || len(lines) != 1 {
 			t.Errorf("%s: exit %d, output:\n%s", filepath.Ext(path), code, strings.Join(lines, "\n"))
@@ -83,7 +84,7 @@ func TestVerifyCorruptPayload(t *testing.T) {
 	bad := bytes.Clone(frames[0])
 	bad[len(bad)-10] ^= 0x01 // a payload bit
 	frames[0] = bad
-	code, lines, last := verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	code, lines, last := verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if code != ExitFound {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -97,10 +98,10 @@ func TestVerifyCorruptPayload(t *testing.T) {
 
 func TestVerifyTruncated(t *testing.T) {
 	frames := cleanExchange(newRig(t))
-	ps := pkts(frames...)
+	ps := pcaptest.Frames(frames...)
 	// The 2500-byte SEND's first packet, cut by a 128-byte snap length.
-	ps[2] = pkt{data: frames[2][:128], origLen: len(frames[2])}
-	code, lines, last := verify(t, VerifyOptions{Strict: true}, writePcap(t, ps))
+	ps[2] = pcaptest.Frame{Data: frames[2][:128], OrigLen: len(frames[2])}
+	code, lines, last := verify(t, VerifyOptions{Strict: true}, pcaptest.WritePcap(t, ps))
 	if code != ExitOK {
 		t.Errorf("exit %d: %s", code, strings.Join(lines, "\n"))
 	}
@@ -120,7 +121,7 @@ func TestVerifyPSNGap(t *testing.T) {
 	r := newRig(t)
 	frames := cleanExchange(r)
 	frames = append(frames[:3], frames[4:]...) // drop the 2500-byte SEND's middle packet
-	path := writePcap(t, pkts(frames...))
+	path := pcaptest.WritePcap(t, pcaptest.Frames(frames...))
 	code, lines, _ := verify(t, VerifyOptions{}, path)
 	if code != ExitOK {
 		t.Errorf("exit %d without --strict", code)
@@ -159,7 +160,7 @@ func TestVerifyNAKRetransmissionDuplicate(t *testing.T) {
 	frames = append(frames, r.ack(r.psn.Add(-1), bth.ACKSyndrome(31), 4))
 	_ = s2
 
-	code, lines, _ := verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	code, lines, _ := verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if code != ExitOK {
 		t.Errorf("exit %d", code)
 	}
@@ -187,7 +188,7 @@ func TestVerifyReadResponses(t *testing.T) {
 	req, resp := r.read(3000, 1024)
 	frames := append([][]byte{req}, resp[0], resp[2])
 	frames = append(frames, r.send(64, 1024)...)
-	_, lines, _ := verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	_, lines, _ := verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if f := findings(lines, "read_response"); len(f) == 0 || !strings.Contains(f[0], "RC_RDMA_READ_RESPONSE_LAST at psn 0xffffff, expected psn 0xfffffe") {
 		t.Errorf("read findings %q", f)
 	}
@@ -197,7 +198,7 @@ func TestVerifyReadResponses(t *testing.T) {
 	req, _ = r.read(3000, 1024)
 	r2 := newRig(t)
 	_, short := r2.read(2048, 1024)
-	_, lines, _ = verify(t, VerifyOptions{}, writePcap(t, pkts(append([][]byte{req}, short...)...)))
+	_, lines, _ = verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(append([][]byte{req}, short...)...)))
 	if f := findings(lines, "read_response"); len(f) == 0 || !strings.Contains(f[0], "asked for 3000 bytes and got 2048") {
 		t.Errorf("short read findings %q", f)
 	}
@@ -207,7 +208,7 @@ func TestVerifyReadResponses(t *testing.T) {
 	r = newRig(t)
 	req, _ = r.read(3000, 1024)
 	frames = append([][]byte{req}, r.send(5000, 1024)...)
-	_, lines, _ = verify(t, VerifyOptions{Strict: true}, writePcap(t, pkts(frames...)))
+	_, lines, _ = verify(t, VerifyOptions{Strict: true}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if len(lines) != 1 {
 		t.Errorf("findings on a consistent read: %q", lines)
 	}
@@ -216,7 +217,7 @@ func TestVerifyReadResponses(t *testing.T) {
 	req, _ = r.read(3000, 1024)
 	r.psn = r.psn.Next()
 	frames = append([][]byte{req}, r.send(64, 1024)...)
-	_, lines, _ = verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	_, lines, _ = verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if f := findings(lines, "read_response"); len(f) == 0 || !strings.Contains(f[0], "4 psns fit no path mtu") {
 		t.Errorf("read psn findings %q", f)
 	}
@@ -232,7 +233,7 @@ func TestVerifyMSN(t *testing.T) {
 	frames = append(frames, r.ack(r.psn.Add(-1), bth.ACKSyndrome(31), 2)) // two messages, MSN +1
 	frames = append(frames, r.send(64, 1024)...)
 	frames = append(frames, r.ack(r.psn.Add(-1), bth.ACKSyndrome(31), 1)) // back
-	_, lines, _ := verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	_, lines, _ := verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	f := findings(lines, "msn")
 	if len(f) != 2 || !strings.Contains(f[0], "msn moved from 1 to 2 while 2 messages completed") || !strings.Contains(f[1], "msn went back from 2") {
 		t.Errorf("msn findings %q", f)
@@ -269,7 +270,7 @@ func TestVerifyMalformed(t *testing.T) {
 		frames = append(frames, f)
 	}
 
-	code, lines, last := verify(t, VerifyOptions{}, writePcap(t, pkts(frames...)))
+	code, lines, last := verify(t, VerifyOptions{}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if code != ExitFound {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -296,7 +297,7 @@ func TestVerifyMalformed(t *testing.T) {
 
 func TestVerifyDamagedFile(t *testing.T) {
 	frames := cleanExchange(newRig(t))
-	path := writePcap(t, pkts(frames...))
+	path := pcaptest.WritePcap(t, pcaptest.Frames(frames...))
 	data, _ := os.ReadFile(path)
 	cut := filepath.Join(t.TempDir(), "cut.pcap")
 	os.WriteFile(cut, data[:len(data)-20], 0o644)
@@ -324,7 +325,7 @@ func TestVerifyJSON(t *testing.T) {
 	frames := cleanExchange(newRig(t))
 	frames[0] = bytes.Clone(frames[0])
 	frames[0][len(frames[0])-1] ^= 0xff // the ICRC itself
-	code, lines, last := verify(t, VerifyOptions{JSON: true}, writePcap(t, pkts(frames...)))
+	code, lines, last := verify(t, VerifyOptions{JSON: true}, pcaptest.WritePcap(t, pcaptest.Frames(frames...)))
 	if code != ExitFound {
 		t.Errorf("exit %d", code)
 	}
