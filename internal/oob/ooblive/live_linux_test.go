@@ -44,6 +44,25 @@ func ourPingpong(i int) pingpong.Dest {
 	return pingpong.Dest{QPN: 0x345 + uint32(i), PSN: 0xabcdef - uint32(i), GID: hostGID}
 }
 
+// ourPingpongs returns the addresses of n QPs of ours.
+func ourPingpongs(n int) []pingpong.Dest {
+	local := make([]pingpong.Dest, n)
+	for i := range local {
+		local[i] = ourPingpong(i)
+	}
+	return local
+}
+
+// addStep appends cmd to a guest's script, followed by the "== name exit
+// N" trailer that section looks for.
+func addStep(script *strings.Builder, name, cmd string) {
+	fmt.Fprintf(script, "%s; echo \"== %s exit $?\"\n", cmd, name)
+}
+
+// killed reports whether a command's exit status says timeout(1) stopped
+// it (124, or 143 for SIGTERM from busybox's).
+func killed(exit string) bool { return exit == "143" || exit == "124" }
+
 // section returns the part of a guest's output printed by the command named
 // in its "== name exit N" trailer.
 func section(out, name string) (text string, exit string) {
@@ -65,6 +84,36 @@ func contains(t *testing.T, what, text, want string) {
 	t.Helper()
 	if !strings.Contains(text, want) {
 		t.Errorf("%s: output lacks %q:\n%s", what, want, text)
+	}
+}
+
+// guestOutput waits for the guest's script to end and returns its
+// output, which it logs.
+func guestOutput(ctx context.Context, t *testing.T, p *rxe.Peer) string {
+	t.Helper()
+	res, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("guest output:\n%s", res.Output)
+	return res.Output
+}
+
+// perfAddresses checks that a perftest tool printed its own key as theirs
+// (what we parsed) and ours as the remote one.
+func perfAddresses(t *testing.T, tool perftest.Tool, text string, theirs perftest.Dest) {
+	t.Helper()
+	contains(t, tool.String(), text, perftest.AddressLines(false, tool.Verb(), theirs, true))
+	contains(t, tool.String(), text, perftest.AddressLines(true, tool.Verb(), ourKey(tool), true))
+}
+
+// pingpongAddresses checks that a pingpong tool printed its QPs' addresses
+// as theirs (what we parsed) and ours as the remote ones.
+func pingpongAddresses(t *testing.T, tool pingpong.Tool, text string, theirs []pingpong.Dest) {
+	t.Helper()
+	for i, d := range theirs {
+		contains(t, tool.String(), text, pingpong.LocalAddressLine(tool, d))
+		contains(t, tool.String(), text, pingpong.RemoteAddressLine(ourPingpong(i)))
 	}
 }
 
@@ -91,11 +140,11 @@ func TestStockServers(t *testing.T) {
 	}
 	var script strings.Builder
 	for _, p := range perf {
-		fmt.Fprintf(&script, "%s -d rxe0 -x 1 -F -n 5 %s; echo \"== %s exit $?\"\n", p.tool, p.args, p.tool)
+		addStep(&script, p.tool.String(), fmt.Sprintf("%s -d rxe0 -x 1 -F -n 5 %s", p.tool, p.args))
 	}
 	for _, p := range pp {
 		// The servers wait for RDMA traffic that never comes.
-		fmt.Fprintf(&script, "timeout 3 %s -d rxe0 -g 1 -n 5 -s 64 %s; echo \"== %s exit $?\"\n", p.tool, p.args, p.tool)
+		addStep(&script, p.tool.String(), fmt.Sprintf("timeout 3 %s -d rxe0 -g 1 -n 5 -s 64 %s", p.tool, p.args))
 	}
 	srv, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "server", IP: "192.0.2.1/24", Script: script.String(), Timeout: 3 * time.Minute})
 	if err != nil {
@@ -135,32 +184,23 @@ func TestStockServers(t *testing.T) {
 	gotPP := map[pingpong.Tool][]pingpong.Dest{}
 	for _, p := range pp {
 		c := dial()
-		local := make([]pingpong.Dest, p.qps)
-		for i := range local {
-			local[i] = ourPingpong(i)
-		}
-		remote, err := pingpong.Client(ctx, c, local, p.tool.Messages())
+		remote, err := pingpong.Client(ctx, c, ourPingpongs(p.qps), p.tool.Messages())
 		c.Close()
 		if err != nil {
 			t.Fatalf("%s: %v\nguest output so far:\n%s", p.tool, err, srv.Output())
 		}
 		gotPP[p.tool] = remote
 	}
-	res, err := srv.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("guest output:\n%s", res.Output)
+	out := guestOutput(ctx, t, srv)
 
 	for _, p := range perf {
-		text, exit := section(res.Output, p.tool.String())
+		text, exit := section(out, p.tool.String())
 		if exit != "0" {
 			t.Errorf("%s exited %s", p.tool, exit)
 		}
 		// What the server printed about itself is what we parsed, and what
 		// it printed about us is what we sent.
-		contains(t, p.tool.String(), text, perftest.AddressLines(false, p.tool.Verb(), gotKeys[p.tool], true))
-		contains(t, p.tool.String(), text, perftest.AddressLines(true, p.tool.Verb(), ourKey(p.tool), true))
+		perfAddresses(t, p.tool, text, gotKeys[p.tool])
 		if p.tool.BW() {
 			contains(t, p.tool.String(), text, perftest.BWHeader(false))
 			contains(t, p.tool.String(), text, perftest.BWLine(report, false))
@@ -176,14 +216,11 @@ func TestStockServers(t *testing.T) {
 		}
 	}
 	for _, p := range pp {
-		text, exit := section(res.Output, p.tool.String())
-		if exit != "143" && exit != "124" {
+		text, exit := section(out, p.tool.String())
+		if !killed(exit) {
 			t.Errorf("%s exited %s, want killed by timeout", p.tool, exit)
 		}
-		for i := range p.qps {
-			contains(t, p.tool.String(), text, pingpong.LocalAddressLine(p.tool, gotPP[p.tool][i]))
-			contains(t, p.tool.String(), text, pingpong.RemoteAddressLine(ourPingpong(i)))
-		}
+		pingpongAddresses(t, p.tool, text, gotPP[p.tool][:p.qps])
 		for i := p.qps; i < p.tool.Messages(); i++ {
 			if gotPP[p.tool][i] != (pingpong.Dest{}) {
 				t.Errorf("%s: slot %d = %+v, want zero", p.tool, i, gotPP[p.tool][i])
@@ -220,10 +257,10 @@ func TestStockClients(t *testing.T) {
 	}
 	var script strings.Builder
 	for _, p := range perf {
-		fmt.Fprintf(&script, "timeout 3 %s -d rxe0 -x 1 -F -n 5 %s %s; echo \"== %s exit $?\"\n", p.tool, p.args, hostAddr, p.tool)
+		addStep(&script, p.tool.String(), fmt.Sprintf("timeout 3 %s -d rxe0 -x 1 -F -n 5 %s %s", p.tool, p.args, hostAddr))
 	}
 	for _, p := range pp {
-		fmt.Fprintf(&script, "timeout 3 %s -d rxe0 -g 1 -n 5 -s 64 %s %s; echo \"== %s exit $?\"\n", p.tool, p.args, hostAddr, p.tool)
+		addStep(&script, p.tool.String(), fmt.Sprintf("timeout 3 %s -d rxe0 -g 1 -n 5 -s 64 %s %s", p.tool, p.args, hostAddr))
 	}
 	var ln net.Listener
 	if err := n.Do(func() error {
@@ -274,30 +311,21 @@ func TestStockClients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		local := make([]pingpong.Dest, p.qps)
-		for i := range local {
-			local[i] = ourPingpong(i)
-		}
-		remote, err := pingpong.Server(ctx, c, local, p.tool.Messages(), nil)
+		remote, err := pingpong.Server(ctx, c, ourPingpongs(p.qps), p.tool.Messages(), nil)
 		c.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", p.tool, err)
 		}
 		gotPP[p.tool] = remote
 	}
-	res, err := cli.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("guest output:\n%s", res.Output)
+	out := guestOutput(ctx, t, cli)
 	for _, p := range perf {
 		// Every client is stopped in its RDMA traffic.
-		text, exit := section(res.Output, p.tool.String())
-		if exit != "143" && exit != "124" {
+		text, exit := section(out, p.tool.String())
+		if !killed(exit) {
 			t.Errorf("%s exited %s, want killed by timeout", p.tool, exit)
 		}
-		contains(t, p.tool.String(), text, perftest.AddressLines(false, p.tool.Verb(), gotKeys[p.tool], true))
-		contains(t, p.tool.String(), text, perftest.AddressLines(true, p.tool.Verb(), ourKey(p.tool), true))
+		perfAddresses(t, p.tool, text, gotKeys[p.tool])
 		if p.tool == perftest.SendLat {
 			contains(t, p.tool.String(), text, perftest.TestInfo{Tool: p.tool, Role: perftest.Client, Device: "rxe0", QPs: 1,
 				Transport: "IB", Connection: "RC", PCIeRelaxOrder: "ON", TxDepth: 1, MTU: perftest.MTU1024,
@@ -306,13 +334,10 @@ func TestStockClients(t *testing.T) {
 		}
 	}
 	for _, p := range pp {
-		text, exit := section(res.Output, p.tool.String())
-		if exit != "143" && exit != "124" {
+		text, exit := section(out, p.tool.String())
+		if !killed(exit) {
 			t.Errorf("%s exited %s, want killed by timeout", p.tool, exit)
 		}
-		for i := range p.qps {
-			contains(t, p.tool.String(), text, pingpong.LocalAddressLine(p.tool, gotPP[p.tool][i]))
-			contains(t, p.tool.String(), text, pingpong.RemoteAddressLine(ourPingpong(i)))
-		}
+		pingpongAddresses(t, p.tool, text, gotPP[p.tool][:p.qps])
 	}
 }
