@@ -1,6 +1,7 @@
 // Package oob holds what the out-of-band exchanges of the stock RDMA tools
-// share: the TCP port they use (18515), connection set-up for both roles, and
-// context handling on the connection.
+// share: the TCP port they use (18515), connection set-up for both roles,
+// context handling on the connection, and the hex fields and GIDs of their
+// messages.
 //
 // The exchanges themselves are in the subpackages: pingpong for rdma-core's
 // ibv_{rc,uc,ud,srq}_pingpong and perftest for perftest 4.5's ib_*_bw and

@@ -3,6 +3,8 @@ package perftest
 import (
 	"errors"
 	"fmt"
+
+	"github.com/uroce/uroce/internal/oob"
 )
 
 // Sizes of the key messages: with the GID (RoCE, or -x on InfiniBand) and
@@ -28,45 +30,34 @@ type Dest struct {
 // ErrFormat is returned (wrapped) for a key message that does not parse.
 var ErrFormat = errors.New("malformed perftest key message")
 
-const hexDigits = "0123456789abcdef"
-
-func appendHex(b []byte, v uint64, width int) []byte {
-	for i := width - 1; i >= 0; i-- {
-		b = append(b, hexDigits[(v>>(4*uint(i)))&15])
-	}
-	return b
-}
-
 // appendHead appends the fields both forms share, each followed by ':'.
 func (d Dest) appendHead(b []byte) []byte {
-	b = appendHex(b, uint64(d.LID), 4)
+	b = oob.AppendHex(b, uint64(d.LID), 4)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.OutReads), 4)
+	b = oob.AppendHex(b, uint64(d.OutReads), 4)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.QPN&0xffffff), 6)
+	b = oob.AppendHex(b, uint64(d.QPN&0xffffff), 6)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.PSN&0xffffff), 6)
+	b = oob.AppendHex(b, uint64(d.PSN&0xffffff), 6)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.RKey), 8)
+	b = oob.AppendHex(b, uint64(d.RKey), 8)
 	b = append(b, ':')
-	b = appendHex(b, d.VAddr, 16)
+	b = oob.AppendHex(b, d.VAddr, 16)
 	return append(b, ':')
 }
 
 // AppendKey appends d's 108-byte key message with GID to b.
 func (d Dest) AppendKey(b []byte) []byte {
 	b = d.appendHead(b)
-	for _, x := range d.GID {
-		b = append(b, hexDigits[x>>4], hexDigits[x&15], ':')
-	}
-	b = appendHex(b, uint64(d.SRQN), 8)
+	b = oob.AppendGID(b, d.GID, ':')
+	b = oob.AppendHex(b, uint64(d.SRQN), 8)
 	return append(b, ':', 0)
 }
 
 // AppendKeyNoGID appends d's 59-byte key message without GID to b.
 func (d Dest) AppendKeyNoGID(b []byte) []byte {
 	b = d.appendHead(b)
-	b = appendHex(b, uint64(d.SRQN), 8)
+	b = oob.AppendHex(b, uint64(d.SRQN), 8)
 	return append(b, 0)
 }
 
@@ -100,14 +91,10 @@ func ParseKey(msg []byte) (Dest, error) {
 			err = fmt.Errorf("%w: %s: want %d hex digits", ErrFormat, name, width)
 			return 0
 		}
-		var v uint64
-		for _, c := range s[:width] {
-			x, ok := unhex(c)
-			if !ok {
-				err = fmt.Errorf("%w: %s: bad hex digit %q", ErrFormat, name, c)
-				return 0
-			}
-			v = v<<4 | uint64(x)
+		v, herr := oob.ParseHex(s[:width])
+		if herr != nil {
+			err = fmt.Errorf("%w: %s: %w", ErrFormat, name, herr)
+			return 0
 		}
 		s = s[n:]
 		return v
@@ -119,8 +106,13 @@ func ParseKey(msg []byte) (Dest, error) {
 	d.RKey = uint32(field("R_Key", 8, true))
 	d.VAddr = field("VA", 16, true)
 	if withGID {
-		for i := range d.GID {
-			d.GID[i] = byte(field("GID", 2, true))
+		const gidLen = 16 * 3 // "%02x:" per byte
+		if err == nil {
+			var gerr error
+			if d.GID, gerr = oob.ParseGID(s[:min(gidLen, len(s))], ':'); gerr != nil {
+				err = fmt.Errorf("%w: GID: %w", ErrFormat, gerr)
+			}
+			s = s[min(gidLen, len(s)):]
 		}
 		d.SRQN = uint32(field("SRQN", 8, true))
 	} else {
@@ -133,16 +125,4 @@ func ParseKey(msg []byte) (Dest, error) {
 		return Dest{}, fmt.Errorf("%w: %d trailing bytes", ErrFormat, len(s))
 	}
 	return d, nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }

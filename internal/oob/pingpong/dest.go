@@ -3,6 +3,8 @@ package pingpong
 import (
 	"errors"
 	"fmt"
+
+	"github.com/uroce/uroce/internal/oob"
 )
 
 // MessageSize is the size of one address message on the wire: the text
@@ -31,28 +33,17 @@ type Dest struct {
 // parse.
 var ErrFormat = errors.New("malformed pingpong address message")
 
-const hexDigits = "0123456789abcdef"
-
 // AppendWire appends d's 52-byte wire form ("%04x:%06x:%06x:%s" and the NUL)
 // to b. QPN and PSN are cut to 24 bits.
 func (d Dest) AppendWire(b []byte) []byte {
-	b = appendHex(b, uint64(d.LID), 4)
+	b = oob.AppendHex(b, uint64(d.LID), 4)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.QPN&0xffffff), 6)
+	b = oob.AppendHex(b, uint64(d.QPN&0xffffff), 6)
 	b = append(b, ':')
-	b = appendHex(b, uint64(d.PSN&0xffffff), 6)
+	b = oob.AppendHex(b, uint64(d.PSN&0xffffff), 6)
 	b = append(b, ':')
-	for _, x := range d.GID {
-		b = append(b, hexDigits[x>>4], hexDigits[x&15])
-	}
+	b = oob.AppendGID(b, d.GID, 0)
 	return append(b, 0)
-}
-
-func appendHex(b []byte, v uint64, width int) []byte {
-	for i := width - 1; i >= 0; i-- {
-		b = append(b, hexDigits[(v>>(4*uint(i)))&15])
-	}
-	return b
 }
 
 // ParseDest parses one 52-byte address message. It accepts what the stock
@@ -79,16 +70,8 @@ func ParseDest(msg []byte) (Dest, error) {
 	if err != nil {
 		return d, fmt.Errorf("%w: PSN: %w", ErrFormat, err)
 	}
-	if len(s) != 32 {
-		return d, fmt.Errorf("%w: GID has %d digits, want 32", ErrFormat, len(s))
-	}
-	for i := range d.GID {
-		hi, ok1 := unhex(s[2*i])
-		lo, ok2 := unhex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return d, fmt.Errorf("%w: GID: bad hex digit", ErrFormat)
-		}
-		d.GID[i] = hi<<4 | lo
+	if d.GID, err = oob.ParseGID(s, 0); err != nil {
+		return d, fmt.Errorf("%w: GID: %w", ErrFormat, err)
 	}
 	d.LID, d.QPN, d.PSN = uint16(lid), uint32(qpn), uint32(psn)
 	return d, nil
@@ -99,25 +82,9 @@ func hexField(s []byte, width int) (uint64, []byte, error) {
 	if len(s) < width+1 || s[width] != ':' {
 		return 0, s, fmt.Errorf("want %d hex digits and ':'", width)
 	}
-	var v uint64
-	for _, c := range s[:width] {
-		x, ok := unhex(c)
-		if !ok {
-			return 0, s, fmt.Errorf("bad hex digit %q", c)
-		}
-		v = v<<4 | uint64(x)
+	v, err := oob.ParseHex(s[:width])
+	if err != nil {
+		return 0, s, err
 	}
 	return v, s[width+1:], nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
