@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -439,30 +438,16 @@ func verifySteps(t *testing.T, path string, windows []window) []*findings {
 			}
 		})
 	}
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcaptool.NewReader(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n := 1; ; n++ {
-		fr, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Errorf("%s: frame %d: %v", path, n, err)
-			break
-		}
+	err := eachFrame(path, func(n int, fr *pcaptool.Frame) {
 		for i, w := range windows {
 			if !fr.Time.Before(w.from) && !fr.Time.After(w.to) {
-				vs[i].Frame(n, &fr)
-				break
+				vs[i].Frame(n, fr)
+				return
 			}
 		}
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	for i := range windows {
 		out[i].counts = vs[i].Counts

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -28,15 +29,6 @@ type capSummary struct {
 
 func summarize(t *testing.T, path string) *capSummary {
 	t.Helper()
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcaptool.NewReader(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &capSummary{naks: map[string]int{}, ops: map[string]int{}, pads: map[int]int{}, qkeys: map[uint32]int{}, sports: map[string]bool{}}
 	v := pcaptool.NewVerifier(func(f *pcaptool.Finding) {
 		switch f.Check {
@@ -48,15 +40,8 @@ func summarize(t *testing.T, path string) *capSummary {
 		}
 	})
 	var rec pcaptool.Record
-	for n := 1; ; n++ {
-		f, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		v.Frame(n, &f)
+	err := eachFrame(path, func(n int, f *pcaptool.Frame) {
+		v.Frame(n, f)
 		if len(f.Data) > 14+20+4 && f.Data[12] == 0x08 && f.Data[13] == 0 && f.Data[14+9] == 6 {
 			ihl := int(f.Data[14]&15) * 4
 			if tcp := f.Data[14+ihl:]; len(tcp) >= 4 {
@@ -66,8 +51,8 @@ func summarize(t *testing.T, path string) *capSummary {
 				}
 			}
 		}
-		if !pcaptool.Decode(n, &f, &rec) || !rec.HasBTH() || !rec.HeadersOK {
-			continue
+		if !pcaptool.Decode(n, f, &rec) || !rec.HasBTH() || !rec.HeadersOK {
+			return
 		}
 		p := &rec.P
 		src := p.SrcIP().String()
@@ -88,9 +73,36 @@ func summarize(t *testing.T, path string) *capSummary {
 				s.naks[src+" rnr"]++
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	s.counts = v.Counts
 	return s
+}
+
+// eachFrame calls fn with each frame of the capture at path and its
+// number (from 1).
+func eachFrame(path string, fn func(n int, f *pcaptool.Frame)) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	r, err := pcaptool.NewReader(fh)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for n := 1; ; n++ {
+		f, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: frame %d: %w", path, n, err)
+		}
+		fn(n, &f)
+	}
 }
 
 // TestReferenceCaptures decodes the committed captures of pcaps/ and

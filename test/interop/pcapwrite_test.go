@@ -3,8 +3,6 @@ package interop
 import (
 	"bufio"
 	"encoding/binary"
-	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -15,15 +13,6 @@ import (
 // [from, to] into a new classic pcap file dst (Ethernet, microsecond
 // timestamps, as tcpdump writes) and returns how many it copied.
 func writeWindow(src, dst string, from, to time.Time) (int, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return 0, err
-	}
-	defer in.Close()
-	r, err := pcaptool.NewReader(in)
-	if err != nil {
-		return 0, err
-	}
 	out, err := os.Create(dst)
 	if err != nil {
 		return 0, err
@@ -37,17 +26,9 @@ func writeWindow(src, dst string, from, to time.Time) (int, error) {
 	binary.LittleEndian.PutUint32(hdr[20:], pcaptool.LinkEthernet)
 	w.Write(hdr[:])
 	n := 0
-	for {
-		f, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			out.Close()
-			return n, fmt.Errorf("%s: %w", src, err)
-		}
+	err = eachFrame(src, func(_ int, f *pcaptool.Frame) {
 		if f.Time.Before(from) || f.Time.After(to) || f.Data == nil {
-			continue
+			return
 		}
 		var rec [16]byte
 		binary.LittleEndian.PutUint32(rec[0:], uint32(f.Time.Unix()))
@@ -57,6 +38,10 @@ func writeWindow(src, dst string, from, to time.Time) (int, error) {
 		w.Write(rec[:])
 		w.Write(f.Data)
 		n++
+	})
+	if err != nil {
+		out.Close()
+		return n, err
 	}
 	if err := w.Flush(); err != nil {
 		out.Close()
