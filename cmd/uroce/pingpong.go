@@ -17,7 +17,9 @@ func init() {
 	register(&command{name: "pingpong", summary: "ping-pong with ibv_{rc,uc,ud,srq}_pingpong peers, either role", run: runPingpong})
 }
 
-const pingpongUsage = `usage:
+var pingpongUsage = pingpongText + app.Usage(25)
+
+const pingpongText = `usage:
   uroce pingpong [--rc|--uc|--ud|--srq] -d IFACE [options]         start a server and wait for a connection
   uroce pingpong [--rc|--uc|--ud|--srq] -d IFACE [options] HOST    connect to the server at HOST
 
@@ -42,12 +44,6 @@ uroce's own:
   --verify               check every received message byte for byte
   --infinite-retry       retry_cnt 7 retries forever (rdma_rxe's reading)
   --connect-wait=D       how long a client retries a refused connection (default 10s)
-  --xdp-mode=MODE        auto, native or generic
-  --busy-poll            the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)
-  --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
-                         fault injection on the frames uroce sends/receives
-  --stats                print the device and AF_XDP counters at the end
-  --send-window=N        request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)
 `
 
 func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -58,6 +58,34 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
 }
 
+// deviceHelp are the help lines of the flags Register adds, but the
+// interface's, which each tool words as the stock one does.
+var deviceHelp = [][2]string{
+	{"--xdp-mode=MODE", "auto, native or generic"},
+	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
+	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
+	{"--stats", "print the device and AF_XDP counters at the end"},
+	{"--send-window=N", "request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)"},
+}
+
+// Usage returns the help lines of the flags Register adds (but -d), each
+// flag indented by two spaces and its description starting at column col
+// (on a line of its own when the flag is too long).
+func Usage(col int) string {
+	var b strings.Builder
+	for _, h := range deviceHelp {
+		line := "  " + h[0]
+		if len(line)+1 > col {
+			line += "\n"
+			line += strings.Repeat(" ", col)
+		} else {
+			line += strings.Repeat(" ", col-len(line))
+		}
+		b.WriteString(line + h[1] + "\n")
+	}
+	return b.String()
+}
+
 // DefaultSendWindow is the tools' bound on the request packets an RC QP
 // keeps unacknowledged, rdma_rxe's own (RXE_MAX_UNACKED_PSNS, 128).
 // Go-back-N resends everything in flight after a loss; perftest's 128

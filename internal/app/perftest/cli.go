@@ -16,7 +16,9 @@ import (
 )
 
 // Usage is the help text of Main.
-const Usage = `usage:
+var Usage = usage + app.Usage(27)
+
+const usage = `usage:
   uroce perf write|read|send|atomic [--lat] -d IFACE [options]         start a server and wait for a connection
   uroce perf write|read|send|atomic [--lat] -d IFACE [options] HOST    connect to the server at HOST
 
@@ -53,12 +55,6 @@ uroce's own:
   --late-recv=D            send server: post the receives D after the run started (RNR NAKs)
   --infinite-retry         retry_cnt 7 retries forever (rdma_rxe's reading)
   --connect-wait=D         how long a client retries a refused connection (default 10s)
-  --xdp-mode=MODE          auto, native or generic
-  --busy-poll              the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)
-  --drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N
-                           fault injection on the frames uroce sends/receives
-  --stats                print the device and AF_XDP counters at the end
-  --send-window=N        request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)
 `
 
 // ParseTool names a tool: write|read|send|atomic with lat selecting the
