@@ -28,8 +28,8 @@ type sysSocket struct {
 //
 // The kernel lets go of a closed socket's queue some tens of milliseconds
 // after Close returns. So that a queue can be bound again right away, Open
-// retries a bind that fails with EBUSY for up to a second before it reports
-// ErrQueueBusy.
+// retries a bind that fails with EBUSY for up to five seconds before it
+// reports ErrQueueBusy.
 func Open(cfg Config) (*Socket, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -168,9 +168,11 @@ func Open(cfg Config) (*Socket, error) {
 
 // busyRetry bounds how long Open keeps retrying a bind that fails with
 // EBUSY. The kernel releases a closed socket's hold on its queue in deferred
-// work, tens of milliseconds after close returns, so a queue bound again
-// right after Close is briefly busy.
-const busyRetry = time.Second
+// work, tens of milliseconds after close returns (more than a second on a
+// loaded machine, when the socket map that held it is freed after an RCU
+// grace period), so a queue bound again right after Close, or after the
+// previous owner process exited, is briefly busy.
+const busyRetry = 5 * time.Second
 
 // bind binds the socket, retrying while the queue is busy, up to busyRetry.
 func bind(fd int, sa *unix.SockaddrXDP) error {
