@@ -281,12 +281,11 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 	}
 }
 
-// seqNAK queues a PSN sequence NAK for ePSN, twice.
+// seqNAK queues a PSN sequence NAK for ePSN.
 func (q *QP) seqNAK() {
 	r := &q.resp
 	r.nakSent = true
 	q.ctr.PacketSeqErr++
-	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
 	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
 }
 
