@@ -153,7 +153,9 @@ func TestPairRCPingpong(t *testing.T) {
 			t.Errorf("%s output lacks the iteration report", p.Name)
 		}
 	}
-	stop()
+	if st := stop(); !st.Complete() {
+		t.Errorf("capture: %s", st)
+	}
 	t.Logf("pair run took %v (capture %s)", time.Since(start), pcap)
 
 	// Every message is a SEND_ONLY answered by an ACK, in both directions.
