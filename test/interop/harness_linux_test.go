@@ -187,6 +187,9 @@ func (g *group) run(t *testing.T) {
 // directory) and the time each step ran.
 func (g *group) runKeep(t *testing.T) (string, []window) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping: boots an rdma_rxe guest")
+	}
 	if re := os.Getenv("UROCE_INTEROP_STEPS"); re != "" {
 		// Debugging: only the steps whose names match.
 		var keep []step
