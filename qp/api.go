@@ -61,9 +61,9 @@
 //     worth acknowledged, up to 256 KiB, and halves on every loss, down
 //     to DefaultSendWindow (48 KiB): without loss the link sets the pace,
 //     with frequent loss little waits behind each one.
-//   - The responder sends one PSN sequence NAK per loss; a requester
-//     ignores a repeated NAK for the same PSN arriving sooner after its
-//     go-back than any round trip. The responder NAKs again when a
+//   - The responder sends each PSN sequence NAK twice, back to back; the
+//     requester ignores the copy (a NAK for the same PSN arriving sooner
+//     after its go-back than any round trip). It NAKs again when a
 //     request arrives whose PSN is not above the previous
 //     out-of-sequence one: the requester went back (or probes) and the
 //     expected PSN is still missing. Requests of increasing PSN after a

@@ -156,7 +156,7 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		// NAK is a loss to recover from. Except a copy of the NAK that
 		// started this go-back: arriving sooner after it than any
 		// round trip could bring an answer to the retransmission, it
-		// is that NAK again (repeated by a responder, or duplicated on the way).
+		// is that NAK again (sent twice, or duplicated on the way).
 		if q.retrying && retryFrom == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
 			return
 		}

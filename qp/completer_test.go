@@ -89,9 +89,8 @@ func TestSequenceNAKCopyAndRetryExhaustion(t *testing.T) {
 	if got := len(n.out.take()); got != 2 {
 		t.Fatalf("go-back-N sent %d packets", got)
 	}
-	// A repeated NAK (a responder's repeat, or a duplicate on the way),
-	// arriving with the first, starts no second go-back and charges no
-	// retry.
+	// The responder sends each NAK twice: the copy, arriving with the
+	// first, starts no second go-back and charges no retry.
 	n.qp.Receive(5, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
 	n.qp.Pump(5)
 	if got := len(n.out.take()); got != 0 {

@@ -461,10 +461,10 @@ func TestRecoveryWithoutTimeout(t *testing.T) {
 		// B NAKs 3; A sends it again, twice, alone; B acknowledges it,
 		// or everything it kept.
 		{"lost request", dropN(3, 1), false, 0, [2]uint64{2 + 5, 2}},
-		// The NAK is lost: A fills its window (to 10) and waits; its
-		// probe (10 again) draws the NAK again.
+		// Both copies of the NAK are lost: A fills its window (to 10)
+		// and waits; its probe (10 again) draws the NAK again.
 		{"lost NAK", func() func(bool, *bth.Packet) bool {
-			return all(dropOnce(true, 3, nil), dropOnce(false, 3, isNAK))
+			return all(dropOnce(true, 3, nil), dropOnce(false, 3, isNAK), dropOnce(false, 3, isNAK))
 		}, false, 1, [2]uint64{1 + 2 + 7, 1 + 2}},
 		// One copy of the gentle retransmission is lost: the other does.
 		{"lost retransmission", dropN(3, 2), false, 0, [2]uint64{2 + 5, 2}},

@@ -281,11 +281,12 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 	}
 }
 
-// seqNAK queues a PSN sequence NAK for ePSN.
+// seqNAK queues a PSN sequence NAK for ePSN, twice.
 func (q *QP) seqNAK() {
 	r := &q.resp
 	r.nakSent = true
 	q.ctr.PacketSeqErr++
+	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
 	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
 }
 

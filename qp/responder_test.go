@@ -25,10 +25,13 @@ func reth(va uint64, rkey, n uint32) func(h *bth.Headers) {
 }
 
 // wantAck checks that ps is one ACK/NAK with the given PSN, syndrome and
-// MSN.
+// MSN, or, for a PSN sequence NAK, two copies of it.
 func wantAck(t *testing.T, ps []*bth.Packet, psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	t.Helper()
 	want := 1
+	if syn == bth.SyndromePSNSeqErr {
+		want = 2
+	}
 	if len(ps) != want {
 		t.Fatalf("want %d ACK/NAK, got %v", want, describe(ps))
 	}
@@ -98,7 +101,7 @@ func TestResponderOutOfSequenceOneNAK(t *testing.T) {
 	for i := uint64(1); i <= 3; i++ {
 		n.recv(t, i, 0x10000, 4096, key)
 	}
-	// One NAK for the first request past the gap, none for
+	// One NAK (sent twice) for the first request past the gap, none for
 	// the next one.
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 12, true, []byte("x"), nil))
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 13, true, []byte("x"), nil))
