@@ -88,18 +88,15 @@ type responder struct {
 	rsg      []SGE
 	ucDrop   bool // UC: dropping until the next FIRST/ONLY
 
-	stashN int   // requests kept past a gap (Env.Stash) ...
-	kept   *kept // ... there; allocated when first needed
-}
-
-// kept holds the requests a responder keeps past a gap.
-type kept struct {
-	slots   [stashSlots]stashed // by PSN modulo stashSlots
-	high    bth.PSN             // highest PSN kept
-	pkt     bth.Packet          // a kept request being executed
-	ooFirst bth.PSN             // the last WRITE_FIRST seen past a gap ...
-	ooRef   writeRef            // ... its target ...
-	ooValid bool                // ... while requests are kept
+	// Requests past a gap (Env.Stash), by PSN modulo stashSlots;
+	// allocated when first needed.
+	stash     []stashed
+	stashN    int
+	stashHigh bth.PSN    // highest PSN kept
+	rpkt      bth.Packet // a kept request being executed
+	ooFirst   bth.PSN    // the last WRITE_FIRST seen past a gap ...
+	ooRef     writeRef   // ... its target ...
+	ooValid   bool       // ... while requests are kept
 }
 
 // writeRef is the target of a WRITE, as its RETH gives it.
@@ -331,11 +328,10 @@ func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
 	if q.stash == nil || d >= stashSlots || (k != bth.KindSend && k != bth.KindWrite) || p.End > len(p.Frame) {
 		return
 	}
-	if r.kept == nil {
-		r.kept = new(kept)
+	if r.stash == nil {
+		r.stash = make([]stashed, stashSlots)
 	}
-	kp := r.kept
-	s := &kp.slots[psn%stashSlots]
+	s := &r.stash[psn%stashSlots]
 	if s.used() {
 		if s.psn == psn {
 			return // kept already
@@ -345,7 +341,7 @@ func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
 	if k == bth.KindWrite && p.Info.Pos == bth.PosFirst {
 		reth := p.RETH()
 		if reth.DMALen() <= maxMessage && q.attr.AccessFlags&AccessRemoteWrite != 0 {
-			kp.ooFirst, kp.ooRef, kp.ooValid = psn, writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, true
+			r.ooFirst, r.ooRef, r.ooValid = psn, writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, true
 		}
 	}
 	if k == bth.KindWrite && p.Info.Pos == bth.PosMiddle {
@@ -365,8 +361,8 @@ func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
 
 func (q *QP) stashCount(psn bth.PSN) {
 	r := &q.resp
-	if r.stashN == 0 || r.kept.high.Less(psn) {
-		r.kept.high = psn
+	if r.stashN == 0 || r.stashHigh.Less(psn) {
+		r.stashHigh = psn
 	}
 	r.stashN++
 }
@@ -390,8 +386,8 @@ func (q *QP) placeEarly(p *bth.Packet, psn bth.PSN) (writeRef, uint32, bool) {
 	switch {
 	case r.rcur == curWrite && middle(r.wref, int(r.roff/mtu)+psn.Sub(q.ePSN)):
 		ref, idx = r.wref, int(r.roff/mtu)+psn.Sub(q.ePSN)
-	case r.kept.ooValid && middle(r.kept.ooRef, psn.Sub(r.kept.ooFirst)):
-		ref, idx = r.kept.ooRef, psn.Sub(r.kept.ooFirst)
+	case r.ooValid && middle(r.ooRef, psn.Sub(r.ooFirst)):
+		ref, idx = r.ooRef, psn.Sub(r.ooFirst)
 	default:
 		return writeRef{}, 0, false
 	}
@@ -415,24 +411,20 @@ func (q *QP) stashFree(s *stashed) {
 // stashClear gives every kept request back.
 func (q *QP) stashClear() {
 	r := &q.resp
-	if r.kept == nil {
-		return
-	}
-	for i := range r.kept.slots {
-		if s := &r.kept.slots[i]; s.used() {
+	for i := range r.stash {
+		if s := &r.stash[i]; s.used() {
 			q.stashFree(s)
 		}
 	}
-	r.kept.ooValid = false
+	r.ooValid = false
 }
 
 // replay executes the kept requests that now follow ePSN.
 func (q *QP) replay() {
 	r := &q.resp
 	ran := false
-	kp := r.kept
 	for r.stashN > 0 && q.state != StateErr {
-		s := &kp.slots[q.ePSN%stashSlots]
+		s := &r.stash[q.ePSN%stashSlots]
 		if !s.used() || s.psn != q.ePSN {
 			break
 		}
@@ -457,7 +449,7 @@ func (q *QP) replay() {
 		buf := s.buf[:s.n]
 		s.buf = nil
 		q.stashFree(s)
-		p := &kp.pkt
+		p := &r.rpkt
 		if bth.Parse(buf, p) != nil {
 			q.stash.Put(buf)
 			break
@@ -481,18 +473,18 @@ func (q *QP) replay() {
 		// queued for the last A-bit request).
 		q.pushAck(q.ePSN.Add(-1), bth.SyndromeACKNoCredits, r.msn)
 	}
-	for i := range kp.slots {
-		if s := &kp.slots[i]; s.used() && s.psn.Sub(q.ePSN) <= 0 {
+	for i := range r.stash {
+		if s := &r.stash[i]; s.used() && s.psn.Sub(q.ePSN) <= 0 {
 			q.stashFree(s) // stale: ePSN went past it
 		}
 	}
 	if r.stashN == 0 {
-		kp.ooValid = false
+		r.ooValid = false
 		return
 	}
 	// Kept requests follow another gap: a packet past ePSN was seen.
 	q.seqNAK()
-	r.oosHigh = kp.high
+	r.oosHigh = r.stashHigh
 }
 
 // respFatal NAKs the request at psn and moves the QP to ERR (IBTA
