@@ -53,14 +53,11 @@
 // milliseconds:
 //
 //   - The requester keeps a send window of SEND and WRITE bytes
-//     unacknowledged (Caps.SendWindow, small packets counting 1 KiB) and
-//     asks for an ACK (the A bit) every quarter window and on the packet
-//     that fills it: ACKs open the window before it is empty, a loss
-//     shows within a quarter window, and what follows a loss is
-//     bounded. The default window grows by 4 KiB for every window's
-//     worth acknowledged, up to 256 KiB, and halves on every loss, down
-//     to DefaultSendWindow (48 KiB): without loss the link sets the pace,
-//     with frequent loss little waits behind each one.
+//     unacknowledged (Caps.SendWindow, DefaultSendWindow 48 KiB, small
+//     packets counting 1 KiB) and asks for an ACK (the A bit) every
+//     quarter window and on the packet that fills it: ACKs open the
+//     window before it is empty, a loss shows within a quarter window,
+//     and what follows a loss is bounded.
 //   - The responder sends each PSN sequence NAK twice, back to back; the
 //     requester ignores the copy (a NAK for the same PSN arriving sooner
 //     after its go-back than any round trip). It NAKs again when a
@@ -260,16 +257,16 @@ type Caps struct {
 	// requester has sent and not yet seen acknowledged, each packet
 	// counting its payload but at least 1 KiB (READ and atomic requests
 	// are bounded by max_rd_atomic instead). One packet may always be
-	// in flight. Zero means an adaptive window, from DefaultSendWindow
-	// up to 256 KiB; a negative value no bound but the PSN space. See
-	// the package documentation on loss recovery.
+	// in flight. Zero means DefaultSendWindow, a negative value no bound
+	// but the PSN space. See the package documentation on loss
+	// recovery.
 	SendWindow int
 }
 
-// DefaultSendWindow is where the adaptive send window of an RC QP whose
-// Caps leave it zero starts, and what it falls back to under loss: enough
-// in flight to keep a link busy, little enough that recovering from a
-// loss (the responder working through what followed it) is quick.
+// DefaultSendWindow is the send window of an RC QP whose Caps leave it
+// zero: enough in flight to keep a link busy, little enough that
+// recovering from a loss (the responder working through what followed
+// it) is quick.
 const DefaultSendWindow = 48 << 10
 
 // WROpcode is a send work request's operation (ibv_wr_opcode).

@@ -301,9 +301,6 @@ func nakStatus(code uint8) WCStatus {
 func (q *QP) onProgress(now Time) {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.retrying = false
-	c := q.compCost()
-	q.growWindow(int(c - q.ackedCost))
-	q.ackedCost = c
 	if q.rttOn && q.rttPSN.Less(q.compPSN) {
 		q.rttOn = false
 		q.rttSample(now - q.rttAt)
@@ -333,7 +330,6 @@ func (q *QP) retry(from bth.PSN) {
 	if !q.infiniteRetry() {
 		q.retryLeft--
 	}
-	q.shrinkWindow()
 	q.ctr.CompleterRetryErr++
 	q.retrying, q.retryPSN = true, from
 	q.goBack(from)

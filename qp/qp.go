@@ -51,11 +51,7 @@ type QP struct {
 	retrying   bool    // a go-back-N retransmission is under way ...
 	retryPSN   bth.PSN // ... from this PSN, with no progress since ...
 	retryAt    Time    // ... begun at this time
-	win        int     // send window in bytes (see pktCost), 0: unbounded ...
-	winLeast   int     // ... at least ...
-	winMost    int     // ... and at most (adaptive when they differ)
-	winGrow    int     // acknowledged cost toward the next growth
-	ackedCost  uint64  // compCost when last acknowledged
+	win        int     // send window in bytes (see pktCost), 0: unbounded
 	nextCost   uint64  // send window cost of the requests started so far
 	forceAck   bool    // the next packet asks for an ACK (loss probe)
 	gentle     bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
@@ -129,8 +125,7 @@ func New(caps Caps, env Env) (*QP, error) {
 		q.ctr = new(Counters)
 	}
 	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
-	q.win, q.winMost = windowOf(caps.SendWindow)
-	q.winLeast = q.win
+	q.win = windowOf(caps.SendWindow)
 	if q.typ == UD {
 		q.sq.avs = make([]udDest, len(q.sq.slots))
 	}
@@ -175,8 +170,7 @@ func (q *QP) reset() {
 	q.sq.clear()
 	q.rq.clear()
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
-	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
-	q.win, q.winGrow = q.winLeast, 0
+	q.curIdx, q.curPkt, q.rdOut, q.nextCost = 0, 0, 0, 0
 	q.retryLeft, q.rnrLeft = 0, 0
 	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
 	q.gentle, q.peerKeeps, q.gentleOff = false, 0, 0

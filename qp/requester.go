@@ -19,55 +19,15 @@ const maxAckEvery = 64
 // packets cost a responder time too.
 const minPktCost = 1024
 
-// windowOf returns the send window for Caps.SendWindow and the largest
-// it may grow to.
-func windowOf(n int) (win, most int) {
+// windowOf returns the send window for Caps.SendWindow.
+func windowOf(n int) int {
 	switch {
 	case n == 0:
-		return DefaultSendWindow, maxSendWindow
+		return DefaultSendWindow
 	case n < 0:
-		return 0, 0
+		return 0
 	}
-	return n, n
-}
-
-// The default send window adapts: it grows by winGrowUnit for every
-// window's worth acknowledged, up to maxSendWindow, and halves on every
-// loss, down to DefaultSendWindow. Without loss it opens up (the link,
-// not the window, sets the pace); with frequent loss it stays small, and
-// so does what a loss holds up.
-const (
-	maxSendWindow = 256 << 10
-	winGrowUnit   = 4 << 10
-)
-
-// growWindow takes acked, the send window cost just acknowledged.
-func (q *QP) growWindow(acked int) {
-	if q.win >= q.winMost || acked <= 0 {
-		return
-	}
-	q.winGrow += acked
-	for q.winGrow >= q.win && q.win < q.winMost {
-		q.winGrow -= q.win
-		q.win = min(q.win+winGrowUnit, q.winMost)
-	}
-}
-
-// shrinkWindow halves an adaptive send window after a loss.
-func (q *QP) shrinkWindow() {
-	if q.winMost > q.winLeast {
-		q.win = max(q.win/2, q.winLeast)
-		q.winGrow = 0
-	}
-}
-
-// compCost returns the send window cost of the requests before compPSN.
-func (q *QP) compCost() uint64 {
-	if q.compPSN == q.nextPSN {
-		return q.nextCost
-	}
-	o := q.oldest()
-	return q.costAt(o, uint32(q.compPSN.Sub(o.first)))
+	return n
 }
 
 // pktCost returns what packet k of SEND/WRITE w costs in the send
@@ -100,7 +60,11 @@ func (q *QP) inFlight(w *sendWQE, k uint32) int {
 	if w != nil {
 		end = q.costAt(w, k)
 	}
-	return int(end - q.compCost())
+	if q.compPSN == q.nextPSN {
+		return int(end - q.nextCost)
+	}
+	o := q.oldest()
+	return int(end - q.costAt(o, uint32(q.compPSN.Sub(o.first))))
 }
 
 // windowFull reports whether the packet at the transmit cursor is a

@@ -67,8 +67,8 @@ type Config struct {
 	// SendWindow bounds the SEND and WRITE packets an RC QP may have
 	// sent and not yet seen acknowledged, in packets of the port's
 	// active MTU (qp.Caps.SendWindow gets as many bytes; smaller packets
-	// count less, at least 1 KiB each): 0 is qp's adaptive window (48
-	// to 256 KiB, shrinking on loss), a negative value leaves only the
+	// count less, at least 1 KiB each): 0 is qp.DefaultSendWindow
+	// (48 KiB, 12 packets of 4 KiB), a negative value leaves only the
 	// PSN space as a bound. The window keeps loss recovery short:
 	// go-back-N resends everything in flight after a loss, and even a
 	// responder that keeps what follows a gap has it all to work
