@@ -238,12 +238,16 @@ func BenchmarkRCSend64B(b *testing.B) {
 
 // BenchmarkRCWrite64KWindow shows what the send window trades: RC WRITE
 // goodput without loss and with 5 % of the frames of both directions
-// lost, for several windows in 4 KiB packets (-1: none; the default is
-// 12), with the settings of BenchmarkRCWrite64K otherwise.
+// lost, for several windows in KiB (-1: none; 48 is the default), with
+// the settings of BenchmarkRCWrite64K otherwise.
 func BenchmarkRCWrite64KWindow(b *testing.B) {
-	for _, win := range []int{-1, 4, 12, 32, 128} {
+	for _, kib := range []int{-1, 16, 48, 128} {
 		for _, drop := range []float64{0, 0.05} {
-			b.Run(fmt.Sprintf("win=%d/drop=%g", win, drop), func(b *testing.B) {
+			win := kib << 10
+			if kib < 0 {
+				win = -1
+			}
+			b.Run(fmt.Sprintf("win=%d/drop=%g", kib, drop), func(b *testing.B) {
 				var fc *FaultConfig
 				if drop > 0 {
 					fc = &FaultConfig{Seed: 1, Drop: drop}

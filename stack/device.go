@@ -64,16 +64,15 @@ type Config struct {
 	// Batch is the number of frames received or transmitted per link
 	// call (default 64).
 	Batch int
-	// SendWindow bounds the SEND and WRITE packets an RC QP may have
-	// sent and not yet seen acknowledged, in packets of the port's
-	// active MTU (qp.Caps.SendWindow gets as many bytes; smaller packets
-	// count less, at least 1 KiB each): 0 is qp.DefaultSendWindow
-	// (48 KiB, 12 packets of 4 KiB), a negative value leaves only the
-	// PSN space as a bound. The window keeps loss recovery short:
-	// go-back-N resends everything in flight after a loss, and even a
-	// responder that keeps what follows a gap has it all to work
-	// through before it acknowledges the missing packet. The A bit is
-	// asked for every quarter window, so that ACKs keep it moving.
+	// SendWindow bounds the bytes of SEND and WRITE packets an RC QP
+	// may have sent and not yet seen acknowledged (qp.Caps.SendWindow,
+	// where small packets count as 1 KiB): 0 is qp.DefaultSendWindow,
+	// a negative value leaves only the PSN space as a bound. The window
+	// keeps loss recovery short: go-back-N resends everything in flight
+	// after a loss, and even a responder that keeps what follows a gap
+	// has it all to work through before it acknowledges the missing
+	// packet. The A bit is asked for every quarter window, so that ACKs
+	// keep the window moving.
 	SendWindow int
 
 	// Name is the device name reported by Query (default "uroce0").

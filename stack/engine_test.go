@@ -234,12 +234,11 @@ func TestResponsesLeaveDuringReceiveBatch(t *testing.T) {
 	}
 }
 
-// TestSendWindowConfig: Config.SendWindow bounds the packets an RC QP
-// has in flight (0: qp.DefaultSendWindow bytes, negative: no bound), and
-// the window moves as ACKs come back.
+// TestSendWindowConfig: Config.SendWindow bounds the bytes an RC QP has
+// in flight (0: qp.DefaultSendWindow, negative: no bound; one packet
+// always goes), and the window moves as ACKs come back.
 func TestSendWindowConfig(t *testing.T) {
-	// The port's MTU is 1024 (a 1500-byte link), the path MTU too.
-	for _, c := range []struct{ win, first int }{{8, 8}, {0, qp.DefaultSendWindow >> 10}, {-1, 100}, {1, 1}} {
+	for _, c := range []struct{ win, first int }{{8 << 10, 8}, {0, qp.DefaultSendWindow >> 10}, {-1, 100}, {100, 1}} {
 		clock := NewFakeClock(0)
 		pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 512})
 		da := openManualWin(t, pa, macA, []netip.Addr{ipA}, clock, c.win)

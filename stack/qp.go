@@ -226,9 +226,6 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		PortMTU:        d.attr.ActiveMTU,
 		SendWindow:     d.cfg.SendWindow,
 	}
-	if caps.SendWindow > 0 {
-		caps.SendWindow *= d.attr.ActiveMTU.Bytes() // packets of the port's MTU
-	}
 	if init.SRQ != nil {
 		caps.SRQ = init.SRQ.q
 		caps.MaxRecvWR = 0
