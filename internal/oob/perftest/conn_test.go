@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -136,6 +137,23 @@ func TestReportsAndDone(t *testing.T) {
 	peerScript(t, sc, make([]byte, 5), []byte("nope\x00"))
 	if err := NewConn(cc, Client).Done(ctx); err == nil {
 		t.Error("Done accepted a bad reply")
+	}
+
+	// perftest closes straight after its "done": a peer that leaves
+	// without one, by end of stream or by a reset, ends the exchange too.
+	for _, reset := range []bool{false, true} {
+		cc, sc = oobtest.Pair(t)
+		go func() {
+			buf := make([]byte, 5)
+			io.ReadFull(sc, buf)
+			if reset {
+				sc.(*net.TCPConn).SetLinger(0)
+			}
+			sc.Close()
+		}()
+		if err := NewConn(cc, Client).Done(ctx); err != nil {
+			t.Errorf("peer left (reset %v): Done: %v", reset, err)
+		}
 	}
 }
 
