@@ -43,12 +43,60 @@
 // ERR. UC drops a broken message silently; UD drops datagrams with a
 // wrong Q_Key (counted in QKeyViolation) or without a posted receive.
 //
+// # Loss recovery
+//
+// RC recovers from loss by go-back-N, as the IBTA requires: the
+// responder NAKs the first request past a gap, and the requester sends
+// everything again from the PSN the NAK names. Nothing new appears on
+// the wire, but several things keep recovery short and off the local ACK
+// timeout, which with the usual timeout values stalls a QP for tens of
+// milliseconds:
+//
+//   - The requester keeps a send window of SEND and WRITE bytes
+//     unacknowledged (Caps.SendWindow, small packets counting 1 KiB) and
+//     asks for an ACK (the A bit) every quarter window and on the packet
+//     that fills it: ACKs open the window before it is empty, a loss
+//     shows within a quarter window, and what follows a loss is
+//     bounded. The default window grows by 4 KiB for every window's
+//     worth acknowledged, up to 256 KiB, and halves on every loss, down
+//     to DefaultSendWindow (48 KiB): without loss the link sets the pace,
+//     with frequent loss little waits behind each one.
+//   - The responder sends one PSN sequence NAK per loss; a requester
+//     ignores a repeated NAK for the same PSN arriving sooner after its
+//     go-back than any round trip. The responder NAKs again when a
+//     request arrives whose PSN is not above the previous
+//     out-of-sequence one: the requester went back (or probes) and the
+//     expected PSN is still missing. Requests of increasing PSN after a
+//     NAK draw no further NAKs, so the requester takes every other NAK
+//     as a new loss.
+//   - When nothing has been acknowledged for a few smoothed round-trip
+//     times, the requester sends its highest-PSN packet again with the
+//     A bit (a loss probe). The answer (an ACK for a duplicate, a NAK
+//     for a gap, or the execution of a lost last packet) shows what the
+//     responder lacks when nothing else would: after the last packets
+//     before the requester stops, a lost NAK, lost ACKs. Probes back off
+//     exponentially and charge no retry; the ACK timeout still bounds
+//     the time without progress.
+//   - With Env.Stash, the responder keeps the SEND and WRITE requests
+//     that follow a gap instead of dropping them (the payload of a
+//     WRITE_MIDDLE goes straight to its place), executes them in PSN
+//     order when the missing request arrives, and acknowledges them all
+//     at once; if another gap follows, it NAKs that at once.
+//   - After a NAK, the requester first sends the NAKed packet alone
+//     (twice, with the A bit) and waits for its ACK: from a responder
+//     that kept the rest, the ACK covers it, and nothing more is sent
+//     again. An ACK for that packet alone, though later ones had been
+//     sent, shows a responder that drops them (rdma_rxe does): go-back-N
+//     goes on from there, and later losses are resent at once, the
+//     gentle way being tried again every 32 go-backs.
+//
 // # Files
 //
 // modify.go holds the state machine and the attribute table, queue.go the
-// work queue rings and the SRQ, requester.go segmentation and
-// transmission, completer.go acknowledgements, retransmission and
-// timers, responder.go the RC and UC receive side, ud.go UD reception.
+// work queue rings and the SRQ, requester.go segmentation, transmission
+// and the send window, completer.go acknowledgements, retransmission,
+// loss probes and timers, responder.go the RC and UC receive side (kept
+// requests too), ud.go UD reception.
 package qp
 
 import (
@@ -208,7 +256,21 @@ type Caps struct {
 	// the packet size of UD QPs, which have no path MTU attribute.
 	// Zero means MTU4096.
 	PortMTU MTU
+	// SendWindow bounds, in bytes, the SEND and WRITE packets an RC
+	// requester has sent and not yet seen acknowledged, each packet
+	// counting its payload but at least 1 KiB (READ and atomic requests
+	// are bounded by max_rd_atomic instead). One packet may always be
+	// in flight. Zero means an adaptive window, from DefaultSendWindow
+	// up to 256 KiB; a negative value no bound but the PSN space. See
+	// the package documentation on loss recovery.
+	SendWindow int
 }
+
+// DefaultSendWindow is where the adaptive send window of an RC QP whose
+// Caps leave it zero starts, and what it falls back to under loss: enough
+// in flight to keep a link busy, little enough that recovering from a
+// loss (the responder working through what followed it) is quick.
+const DefaultSendWindow = 48 << 10
 
 // WROpcode is a send work request's operation (ibv_wr_opcode).
 type WROpcode uint8
@@ -395,11 +457,25 @@ var (
 	ErrInvalidWR    = errors.New("invalid work request")
 )
 
+// Stash lends an RC responder buffers for requests that arrive after a
+// gap, kept until the missing one comes (see Loss recovery in the
+// package documentation). Get returns a buffer of at least n bytes, or
+// nil when none is free; Put takes back one that Get returned. Both are
+// called from inside QP methods, possibly for several QPs at once when
+// QPs sharing a Stash run on different goroutines.
+type Stash interface {
+	Get(n int) []byte
+	Put(b []byte)
+}
+
 // Env is what a QP needs from its surroundings.
 type Env struct {
 	Mem  Memory
 	Out  Output
 	Sink CompletionSink
+	// Stash, when set, keeps SEND and WRITE requests that arrive after
+	// a gap instead of dropping them.
+	Stash Stash
 	// Counters the QP increments; may be shared by QPs of one device
 	// only when all of them run on one goroutine.
 	Counters *Counters
@@ -427,6 +503,7 @@ type Counters struct {
 	RespLocalLengthErr  uint64 // resp_local_length_error
 	RespCQEError        uint64 // resp_cqe_error
 	RetransmittedPkts   uint64 // packets sent again (go-back-N)
+	LossProbes          uint64 // tail-loss probes: a packet sent again before the ACK timeout
 	QKeyViolation       uint64 // UD packets dropped for a wrong Q_Key
 	CNPRcvd             uint64 // np_cnp_sent on the peer: CNPs received here
 	DroppedPkts         uint64 // dropped for any other reason

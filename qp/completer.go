@@ -73,8 +73,10 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	if w != nil {
 		switch kind {
 		case bth.KindAck:
-			// Inside a multi-packet SEND/WRITE: progress up to the PSN.
-			if !w.rdAtomic && w.first.LessEq(through) {
+			// Inside a multi-packet SEND/WRITE: progress up to the PSN
+			// (none when it acknowledges nothing new, as a second NAK
+			// for the same PSN does).
+			if !w.rdAtomic && w.first.LessEq(through) && q.compPSN.LessEq(through) {
 				q.compPSN = through.Next()
 				progress = true
 			}
@@ -119,6 +121,9 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		}
 	}
 	if progress {
+		if q.gentle {
+			q.endGentle(kind == bth.KindAck && syn.Kind() == bth.AckKindACK)
+		}
 		q.onProgress(now)
 		// A retransmission under way need not resend what is now
 		// acknowledged (and whose slots retire below).
@@ -134,18 +139,104 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		q.failWQE(w, failSt)
 	case rnr:
 		q.rnrNAK(now, w, psn, syn.Value())
-	case implied || seqNAK:
-		if implied {
-			q.ctr.ImpliedNakSeqErr++
-		}
-		// One go-back per loss: while a retransmission from an earlier
-		// or equal PSN is under way and nothing new was acknowledged,
-		// later NAKs and gaps are echoes of the same loss.
+	case implied:
+		q.ctr.ImpliedNakSeqErr++
+		// One go-back per lost READ response: while a retransmission
+		// from an earlier or equal PSN is under way and nothing new was
+		// acknowledged, later gaps are the rest of the first response
+		// stream arriving.
 		if q.retrying && q.retryPSN.LessEq(retryFrom) {
 			return
 		}
 		q.retry(retryFrom)
+	case seqNAK:
+		// A responder NAKs an expected PSN once, and again only when
+		// the requests it receives show that the requester went back
+		// and the retransmission was lost too (respondRC): a sequence
+		// NAK is a loss to recover from. Except a copy of the NAK that
+		// started this go-back: arriving sooner after it than any
+		// round trip could bring an answer to the retransmission, it
+		// is that NAK again (repeated by a responder, or duplicated on the way).
+		if q.retrying && retryFrom == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
+			return
+		}
+		q.retry(retryFrom)
+		q.retryAt = now
+		if q.state == StateRTS || q.state == StateSQD {
+			q.startGentle()
+		}
 	}
+}
+
+// Gentle go-back. A responder that keeps the requests following a gap
+// (as this package's does with Env.Stash) needs only the missing one:
+// its ACK then covers the rest, and the requester goes on from there.
+// So after a sequence NAK the requester resends the NAKed packet alone,
+// with the A bit, and waits for its acknowledgement; an ACK for that
+// packet alone, although later ones had been sent, shows a responder
+// that drops them, and go-back-N goes on as usual. Against such
+// responders the requester sends everything again at once, trying the
+// gentle way every gentleRetest go-backs in case it was only short of
+// buffers.
+
+const gentleRetest = 32
+
+func (q *QP) startGentle() {
+	if q.peerKeeps < 0 {
+		if q.gentleOff++; q.gentleOff < gentleRetest {
+			return
+		}
+		q.gentleOff = 0
+	}
+	q.gentle, q.gentleSent = true, 0
+	if !q.gentleWants() {
+		q.gentle = false // nothing to resend at the NAKed PSN
+	}
+}
+
+// endGentle ends a gentle go-back on its first progress, learning from
+// it whether the responder keeps requests: a plain ACK that covers more
+// than the resent packet says it does, one for that packet alone while
+// later ones had been sent says it does not. (A NAK for the next PSN
+// says nothing: the packet after the resent one was lost too.)
+func (q *QP) endGentle(ack bool) {
+	q.gentle = false
+	switch {
+	case q.compPSN.Sub(q.retryPSN) > 1:
+		q.peerKeeps = 1
+	case ack && q.sentHigh.Sub(q.retryPSN) > 1:
+		q.peerKeeps = -1
+	}
+}
+
+// sendGentle sends the NAKed packet of a gentle go-back, twice (one loss
+// of it would cost a loss probe's wait), then nothing more until it is
+// acknowledged. The transmit cursor stays on the packet: the ACK moves
+// it on. A READ or atomic request goes once (a responder executes a
+// duplicate READ again).
+func (q *QP) sendGentle(now Time) bool {
+	if !q.gentleWants() {
+		return false
+	}
+	w := q.sq.at(q.curIdx)
+	if sent, _ := q.emitPkt(now, w, q.curIdx, q.curPkt); !sent {
+		return false
+	}
+	q.gentleSent++
+	return true
+}
+
+// gentleWants reports whether a gentle go-back has a packet to send.
+func (q *QP) gentleWants() bool {
+	if q.curIdx == q.sq.next {
+		return false
+	}
+	w := q.sq.at(q.curIdx)
+	n := uint8(2)
+	if w.rdAtomic {
+		n = 1
+	}
+	return q.gentleSent < n && w.first.Add(int(q.curPkt)) == q.retryPSN
 }
 
 // readResponse takes one READ response packet for WQE w.
@@ -205,15 +296,25 @@ func nakStatus(code uint8) WCStatus {
 	return WCBadRespErr
 }
 
-// onProgress resets the retry counters and restarts the ACK timer after
-// a response acknowledged something new.
+// onProgress resets the retry counters and restarts the ACK timer and
+// the loss probe after a response acknowledged something new.
 func (q *QP) onProgress(now Time) {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.retrying = false
+	c := q.compCost()
+	q.growWindow(int(c - q.ackedCost))
+	q.ackedCost = c
+	if q.rttOn && q.rttPSN.Less(q.compPSN) {
+		q.rttOn = false
+		q.rttSample(now - q.rttAt)
+	}
+	q.probeShift = 0
+	q.stopProbe()
 	if q.compPSN == q.sentHigh {
 		q.ackArmed = false
 	} else {
 		q.armAck(now)
+		q.armProbe(now)
 	}
 }
 
@@ -232,6 +333,7 @@ func (q *QP) retry(from bth.PSN) {
 	if !q.infiniteRetry() {
 		q.retryLeft--
 	}
+	q.shrinkWindow()
 	q.ctr.CompleterRetryErr++
 	q.retrying, q.retryPSN = true, from
 	q.goBack(from)
@@ -248,6 +350,10 @@ func (q *QP) rnrNAK(now Time, w *sendWQE, psn bth.PSN, code uint8) {
 	if q.rnrLeft != 7 {
 		q.rnrLeft--
 	}
+	// The responder received the request at psn: whatever was lost
+	// before has been recovered, so the transport retry count starts
+	// afresh (rnr_retry bounds the RNR NAKs).
+	q.retryLeft = q.attr.RetryCnt
 	q.goBack(psn)
 	q.rnrWait = true
 	q.rnrPSN = psn
@@ -269,6 +375,9 @@ func (q *QP) oldest() *sendWQE {
 // from there on is sent again.
 func (q *QP) goBack(from bth.PSN) {
 	q.ackArmed = false
+	q.gentle = false
+	q.rttOn = false
+	q.stopProbe()
 	q.seek(from)
 }
 
@@ -296,4 +405,106 @@ func (q *QP) ackTimeout(now Time) {
 	}
 	q.ctr.LocalAckTimeoutErr++
 	q.retry(q.compPSN)
+	q.retryAt = now
+}
+
+// Loss probes. Go-back-N recovers a lost request packet as soon as a
+// later one reaches the responder, which NAKs the gap. What no later
+// packet reveals waits for the local ACK timeout, which is long (tens
+// of milliseconds with the usual timeout 14): the last packets before
+// the requester stops (window full, send queue empty), a lost NAK, the
+// lost ACK that would have opened the window. So when nothing has been
+// acknowledged for a few round-trip times, the requester sends its
+// highest-PSN packet again, with the A bit (a tail-loss probe). The
+// responder answers it with what it expects: an ACK when it has
+// everything (a duplicate), a NAK when a packet before it is missing
+// (respondRC NAKs again for a probe), or it executes the probe if that
+// alone was lost. A probe is an ordinary retransmission on the wire. It
+// moves no cursor and charges no retry counter; the ACK timer still
+// bounds the time without progress. The probe timer backs off
+// exponentially until something is acknowledged.
+
+const (
+	minProbe      = 10 * time.Microsecond // lower bound of the probe timeout
+	maxProbeShift = 10                    // probe backoff: at most 2^10 × the first timeout
+)
+
+// rttSample feeds one round-trip time into the smoothed estimate
+// (RFC 6298's filter).
+func (q *QP) rttSample(d Time) {
+	if d <= 0 {
+		d = 1
+	}
+	if q.minRTT == 0 || d < q.minRTT {
+		q.minRTT = d
+	}
+	if q.srtt == 0 {
+		q.srtt, q.rttvar = d, d/2
+		return
+	}
+	dev := q.srtt - d
+	if dev < 0 {
+		dev = -dev
+	}
+	q.rttvar = (3*q.rttvar + dev) / 4
+	q.srtt = (7*q.srtt + d) / 8
+}
+
+// probeTimeout returns the probe timeout, or false when there is no
+// round-trip estimate yet or the probe would not come before the ACK
+// timeout.
+func (q *QP) probeTimeout() (Time, bool) {
+	if q.srtt == 0 || q.attr.Timeout == 0 {
+		return 0, false
+	}
+	d := max(2*q.srtt, q.srtt+4*q.rttvar, minProbe) << q.probeShift
+	return d, d < ackTimeoutDur(q.attr.Timeout)
+}
+
+// armProbe starts the probe timer while packets are unacknowledged.
+func (q *QP) armProbe(now Time) {
+	if q.typ != RC || q.compPSN == q.sentHigh {
+		return
+	}
+	if d, ok := q.probeTimeout(); ok {
+		q.probeArmed, q.probeDue = true, now+d
+	}
+}
+
+func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
+
+// sendProbe sends the loss probe: the highest-PSN packet sent, again,
+// with the A bit. It reports false when the Output is full. The last
+// packet of a READ or atomic is not resent early (the responder would
+// execute a READ again); the ACK timeout covers those.
+func (q *QP) sendProbe(now Time) bool {
+	q.probeWant = false
+	psn := q.sentHigh.Add(-1)
+	sq := &q.sq
+	for i := sq.head; i != sq.next; i++ {
+		w := sq.at(i)
+		if w.done || !psn.InWindow(w.first, int(w.npkts)) {
+			continue
+		}
+		if w.rdAtomic {
+			break
+		}
+		q.forceAck = true
+		sent, _ := q.emitPkt(now, w, i, uint32(psn.Sub(w.first)))
+		q.forceAck = false
+		if !sent {
+			if q.state == StateRTS || q.state == StateSQD {
+				q.probeWant = true
+			}
+			return false
+		}
+		q.ctr.LossProbes++
+		q.rttOn = false
+		break
+	}
+	if q.probeShift < maxProbeShift {
+		q.probeShift++
+	}
+	q.armProbe(now)
+	return true
 }

@@ -60,6 +60,7 @@ func TestNAKSequenceErrorGoBackN(t *testing.T) {
 	o := defaultConn()
 	o.sqPSN = 100
 	n := single(t, Caps{}, o)
+	n.dropsPastGap()
 	sends(t, n, 4)
 	n.qp.Pump(0)
 	n.out.take()
@@ -75,36 +76,42 @@ func TestNAKSequenceErrorGoBackN(t *testing.T) {
 	wantWC(t, "send", n.sink.send, WC{ID: 1}, WC{ID: 2}, WC{ID: 3}, WC{ID: 4})
 }
 
-func TestSequenceNAKEchoAndRetryExhaustion(t *testing.T) {
+func TestSequenceNAKCopyAndRetryExhaustion(t *testing.T) {
 	o := defaultConn()
 	o.retry = 2
 	n := single(t, Caps{}, o)
+	n.dropsPastGap()
 	sends(t, n, 2)
 	n.qp.Pump(0)
 	n.out.take()
-	n.qp.Receive(0, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(0)
+	n.qp.Receive(5, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(5)
 	if got := len(n.out.take()); got != 2 {
 		t.Fatalf("go-back-N sent %d packets", got)
 	}
-	// A second NAK for the same PSN with no progress in between is an
-	// echo of the same loss: no second go-back-N, no retry charged.
-	n.qp.Receive(0, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(0)
+	// A repeated NAK (a responder's repeat, or a duplicate on the way),
+	// arriving with the first, starts no second go-back and charges no
+	// retry.
+	n.qp.Receive(5, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(5)
 	if got := len(n.out.take()); got != 0 {
-		t.Fatalf("echo NAK resent %d packets", got)
+		t.Fatalf("NAK copy resent %d packets", got)
 	}
 	if c := n.qp.Counters(); c.RcvdSeqErr != 2 || c.CompleterRetryErr != 1 {
 		t.Errorf("counters %+v", *c)
 	}
-	// Timeouts still retry: one retry is left, then the counter runs out.
-	d, _ := n.qp.Deadline()
-	n.qp.Tick(d)
-	n.qp.Pump(d)
+	// A NAK for the same PSN later on answers the retransmission: it
+	// was lost too. Go back again; that is the last retry.
+	n.qp.Receive(10, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(10)
 	if got := len(n.out.take()); got != 2 {
-		t.Fatalf("timeout resent %d packets", got)
+		t.Fatalf("second go-back-N sent %d packets", got)
 	}
-	d, _ = n.qp.Deadline()
+	if c := n.qp.Counters(); c.CompleterRetryErr != 2 {
+		t.Errorf("counters %+v", *c)
+	}
+	// Timeouts retry as well, and the counter has run out.
+	d, _ := n.qp.Deadline()
 	n.qp.Tick(d)
 	wantWC(t, "send", n.sink.send, WC{ID: 1, Status: WCRetryExcErr}, WC{ID: 2, Status: WCWRFlushErr})
 	if n.qp.State() != StateErr || n.qp.Counters().RetryExceededErr != 1 {
@@ -114,6 +121,7 @@ func TestSequenceNAKEchoAndRetryExhaustion(t *testing.T) {
 
 func TestSequenceNAKAfterProgressRetriesAgain(t *testing.T) {
 	n := single(t, Caps{}, defaultConn())
+	n.dropsPastGap()
 	sends(t, n, 4)
 	n.qp.Pump(0)
 	n.out.take()

@@ -328,3 +328,32 @@ func wantWC(t *testing.T, what string, wcs []WC, want ...WC) {
 		}
 	}
 }
+
+// dropsPastGap makes n's requester take its peer for a responder that
+// drops the requests following a gap (as rdma_rxe does), as it learns
+// on the first loss: go-back-N then resends everything at once.
+func (n *node) dropsPastGap() { n.qp.peerKeeps = -1 }
+
+// testStash lends up to max buffers and counts those out.
+type testStash struct {
+	max, out int
+	free     [][]byte
+}
+
+func (s *testStash) Get(n int) []byte {
+	if s.out >= s.max {
+		return nil
+	}
+	s.out++
+	if k := len(s.free); k > 0 && cap(s.free[k-1]) >= n {
+		b := s.free[k-1]
+		s.free = s.free[:k-1]
+		return b[:cap(b)]
+	}
+	return make([]byte, max(n, 4200))
+}
+
+func (s *testStash) Put(b []byte) {
+	s.out--
+	s.free = append(s.free, b)
+}

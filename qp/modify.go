@@ -257,6 +257,7 @@ func (q *QP) Modify(now Time, a *Attr, mask AttrMask) error {
 		at.RQPSN = a.RQPSN
 		q.ePSN = a.RQPSN
 		q.resp.nakSent = false
+		q.stashClear()
 	}
 	if mask&AttrSQPSN != 0 {
 		at.SQPSN = a.SQPSN

@@ -18,6 +18,7 @@ type QP struct {
 	out   Output
 	sink  CompletionSink
 	ctr   *Counters
+	stash Stash
 	state State
 	attr  Attr
 	mtu   int      // path MTU in bytes (UD: the port MTU)
@@ -31,23 +32,47 @@ type QP struct {
 	scratch []byte
 
 	// Send queue, requester and completer (requester.go, completer.go).
-	sq        sendQueue
-	nextPSN   bth.PSN // first PSN of the next request to start
-	compPSN   bth.PSN // oldest PSN not yet acknowledged
-	sentHigh  bth.PSN // one past the highest PSN ever transmitted
-	curIdx    uint64  // transmit cursor: WQE counter ...
-	curPkt    uint32  // ... and packet (PSN offset) within it
-	rdOut     int     // READ/atomic requests started and not done
-	retryLeft uint8
-	rnrLeft   uint8
-	ackArmed  bool
-	ackDue    Time
-	rnrWait   bool
-	rnrUntil  Time
-	rnrPSN    bth.PSN
-	noAck     int     // packets sent since the last one with the A bit
-	retrying  bool    // a go-back-N retransmission is under way ...
-	retryPSN  bth.PSN // ... from this PSN, with no progress since
+	sq         sendQueue
+	nextPSN    bth.PSN // first PSN of the next request to start
+	compPSN    bth.PSN // oldest PSN not yet acknowledged
+	sentHigh   bth.PSN // one past the highest PSN ever transmitted
+	curIdx     uint64  // transmit cursor: WQE counter ...
+	curPkt     uint32  // ... and packet (PSN offset) within it
+	rdOut      int     // READ/atomic requests started and not done
+	retryLeft  uint8
+	rnrLeft    uint8
+	ackArmed   bool
+	ackDue     Time
+	rnrWait    bool
+	rnrUntil   Time
+	rnrPSN     bth.PSN
+	noAck      int     // packets sent since the last one with the A bit ...
+	noAckCost  int     // ... and their send window cost
+	retrying   bool    // a go-back-N retransmission is under way ...
+	retryPSN   bth.PSN // ... from this PSN, with no progress since ...
+	retryAt    Time    // ... begun at this time
+	win        int     // send window in bytes (see pktCost), 0: unbounded ...
+	winLeast   int     // ... at least ...
+	winMost    int     // ... and at most (adaptive when they differ)
+	winGrow    int     // acknowledged cost toward the next growth
+	ackedCost  uint64  // compCost when last acknowledged
+	nextCost   uint64  // send window cost of the requests started so far
+	forceAck   bool    // the next packet asks for an ACK (loss probe)
+	gentle     bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
+	gentleSent uint8   // ... this many times so far
+	peerKeeps  int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
+	gentleOff  int     // go-backs since the responder was last seen not to keep them
+
+	// Round-trip time estimate and the tail-loss probe (completer.go).
+	srtt, rttvar Time
+	minRTT       Time
+	rttOn        bool    // an A-bit packet is being timed ...
+	rttPSN       bth.PSN // ... this one ...
+	rttAt        Time    // ... sent at this time
+	probeArmed   bool
+	probeDue     Time
+	probeWant    bool  // the probe timer expired: Pump sends a probe
+	probeShift   uint8 // probe timer backoff since the last progress
 
 	// Receive queue and responder (responder.go, ud.go).
 	rq   recvQueue
@@ -99,11 +124,13 @@ func New(caps Caps, env Env) (*QP, error) {
 		caps.PKey = 0xffff
 	}
 	q := &QP{caps: caps, typ: caps.Type, qpn: caps.QPN, mem: env.Mem, out: env.Out, sink: env.Sink,
-		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ}
+		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash}
 	if q.ctr == nil {
 		q.ctr = new(Counters)
 	}
 	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
+	q.win, q.winMost = windowOf(caps.SendWindow)
+	q.winLeast = q.win
 	if q.typ == UD {
 		q.sq.avs = make([]udDest, len(q.sq.slots))
 	}
@@ -132,6 +159,10 @@ func (q *QP) State() State { return q.state }
 // Counters returns the counters the QP increments.
 func (q *QP) Counters() *Counters { return q.ctr }
 
+// Release returns the buffers the QP holds to Env.Stash. Call it before
+// dropping a QP that was not moved to RESET or ERR (which release them).
+func (q *QP) Release() { q.stashClear() }
+
 // reset returns the QP to RESET: queues emptied without completions,
 // attributes and transport state cleared.
 func (q *QP) reset() {
@@ -144,9 +175,13 @@ func (q *QP) reset() {
 	q.sq.clear()
 	q.rq.clear()
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
-	q.curIdx, q.curPkt, q.rdOut = 0, 0, 0
+	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
+	q.win, q.winGrow = q.winLeast, 0
 	q.retryLeft, q.rnrLeft = 0, 0
-	q.ackArmed, q.rnrWait, q.noAck, q.retrying = false, false, 0, false
+	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
+	q.gentle, q.peerKeeps, q.gentleOff = false, 0, 0
+	q.srtt, q.rttvar, q.minRTT, q.rttOn = 0, 0, 0, false
+	q.stopProbe()
 	q.ePSN = 0
 	q.resetResponder()
 }
@@ -160,6 +195,8 @@ func (q *QP) enterErr(keepResp bool) {
 	q.state = StateErr
 	q.attr.State = StateErr
 	q.ackArmed, q.rnrWait = false, false
+	q.stopProbe()
+	q.stashClear()
 	q.flushSend()
 	q.flushRecv()
 	if !keepResp {
@@ -188,6 +225,7 @@ func (q *QP) flushSend() {
 	}
 	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
 	q.rdOut = 0
+	q.gentle = false
 	q.compPSN = q.nextPSN
 }
 
@@ -338,18 +376,26 @@ func (q *QP) Pump(now Time) {
 		}
 		q.rnrWait = false
 	}
+	if q.probeWant && !q.sendProbe(now) {
+		return
+	}
 	for q.sendOne(now) {
 	}
 }
 
 // Tick acts on expired timers: the local ACK timeout (go-back-N or retry
-// exhaustion) and the end of an RNR wait.
+// exhaustion), the end of an RNR wait and the loss probe (sent by the
+// next Pump).
 func (q *QP) Tick(now Time) {
 	if q.rnrWait && now >= q.rnrUntil {
 		q.rnrWait = false
 	}
 	if q.ackArmed && now >= q.ackDue {
 		q.ackTimeout(now)
+	}
+	if q.probeArmed && now >= q.probeDue {
+		q.probeArmed = false
+		q.probeWant = q.compPSN != q.sentHigh
 	}
 }
 
@@ -362,6 +408,9 @@ func (q *QP) Deadline() (Time, bool) {
 	}
 	if q.rnrWait && (!ok || q.rnrUntil < d) {
 		d, ok = q.rnrUntil, true
+	}
+	if q.probeArmed && (!ok || q.probeDue < d) {
+		d, ok = q.probeDue, true
 	}
 	return d, ok
 }
@@ -376,8 +425,14 @@ func (q *QP) Busy() bool {
 	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait {
 		return false
 	}
-	if q.curIdx != q.sq.next {
+	if q.probeWant {
 		return true
+	}
+	if q.gentle {
+		return q.gentleWants()
+	}
+	if q.curIdx != q.sq.next {
+		return !q.windowFull()
 	}
 	if q.state != StateRTS || q.sq.next == q.sq.tail {
 		return false

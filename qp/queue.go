@@ -21,6 +21,7 @@ type sendWQE struct {
 	npkts    uint32  // PSNs consumed: packets, or READ response packets
 	rcvd     uint32  // READ: response packets received in order
 	rdAtomic bool    // READ or atomic: needs a response, holds a credit
+	cost0    uint64  // send window cost of the requests started before it
 	done     bool    // acknowledged (or failed): ready to retire in order
 	status   WCStatus
 }

@@ -11,8 +11,108 @@ import (
 // order (assigning PSNs), segments messages by the path MTU and keeps a
 // transmit cursor that go-back-N moves back (completer.go).
 
-// ackEvery is how many packets of a long message may go without the A bit.
-const ackEvery = 64
+// maxAckEvery is how many packets of a long message may go without the
+// A bit at most; a send window asks for ACKs more often.
+const maxAckEvery = 64
+
+// minPktCost is the least a packet costs in the send window: small
+// packets cost a responder time too.
+const minPktCost = 1024
+
+// windowOf returns the send window for Caps.SendWindow and the largest
+// it may grow to.
+func windowOf(n int) (win, most int) {
+	switch {
+	case n == 0:
+		return DefaultSendWindow, maxSendWindow
+	case n < 0:
+		return 0, 0
+	}
+	return n, n
+}
+
+// The default send window adapts: it grows by winGrowUnit for every
+// window's worth acknowledged, up to maxSendWindow, and halves on every
+// loss, down to DefaultSendWindow. Without loss it opens up (the link,
+// not the window, sets the pace); with frequent loss it stays small, and
+// so does what a loss holds up.
+const (
+	maxSendWindow = 256 << 10
+	winGrowUnit   = 4 << 10
+)
+
+// growWindow takes acked, the send window cost just acknowledged.
+func (q *QP) growWindow(acked int) {
+	if q.win >= q.winMost || acked <= 0 {
+		return
+	}
+	q.winGrow += acked
+	for q.winGrow >= q.win && q.win < q.winMost {
+		q.winGrow -= q.win
+		q.win = min(q.win+winGrowUnit, q.winMost)
+	}
+}
+
+// shrinkWindow halves an adaptive send window after a loss.
+func (q *QP) shrinkWindow() {
+	if q.winMost > q.winLeast {
+		q.win = max(q.win/2, q.winLeast)
+		q.winGrow = 0
+	}
+}
+
+// compCost returns the send window cost of the requests before compPSN.
+func (q *QP) compCost() uint64 {
+	if q.compPSN == q.nextPSN {
+		return q.nextCost
+	}
+	o := q.oldest()
+	return q.costAt(o, uint32(q.compPSN.Sub(o.first)))
+}
+
+// pktCost returns what packet k of SEND/WRITE w costs in the send
+// window: its payload, at least minPktCost. READ and atomic requests
+// cost nothing (max_rd_atomic bounds them).
+func (q *QP) pktCost(w *sendWQE, k uint32) int {
+	if w.rdAtomic {
+		return 0
+	}
+	n := uint32(q.mtu)
+	if k == w.npkts-1 {
+		n = w.length - k*uint32(q.mtu)
+	}
+	return max(int(n), minPktCost)
+}
+
+// costAt returns the send window cost of the requests before packet k
+// of w.
+func (q *QP) costAt(w *sendWQE, k uint32) uint64 {
+	if w.rdAtomic {
+		return w.cost0
+	}
+	return w.cost0 + uint64(k)*uint64(max(q.mtu, minPktCost))
+}
+
+// inFlight returns the send window cost of the unacknowledged requests
+// before packet k of w (or, with w nil, before the next request).
+func (q *QP) inFlight(w *sendWQE, k uint32) int {
+	end := q.nextCost
+	if w != nil {
+		end = q.costAt(w, k)
+	}
+	return int(end - q.compCost())
+}
+
+// windowFull reports whether the packet at the transmit cursor is a
+// SEND or WRITE packet outside the send window: the unacknowledged
+// requests before it fill the window.
+func (q *QP) windowFull() bool {
+	if q.win == 0 || q.typ != RC || q.curIdx == q.sq.next {
+		return false
+	}
+	w := q.sq.at(q.curIdx)
+	return !w.rdAtomic && q.inFlight(w, q.curPkt) >= q.win
+}
 
 var wrNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
 	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
@@ -113,6 +213,9 @@ func (q *QP) canStart(w *sendWQE) bool {
 	if q.compPSN != q.nextPSN && q.nextPSN.Sub(q.compPSN)+int(q.pkts(w)) >= 1<<22 {
 		return false
 	}
+	if q.win > 0 && !isRdAtomic(w.wr.Opcode) && q.inFlight(nil, 0) >= q.win {
+		return false
+	}
 	return true
 }
 
@@ -152,8 +255,11 @@ func (q *QP) start(w *sendWQE) bool {
 		return false
 	}
 	q.nextPSN = q.nextPSN.Add(int(w.npkts))
+	w.cost0 = q.nextCost
 	if w.rdAtomic {
 		q.rdOut++
+	} else if q.typ == RC {
+		q.nextCost = q.costAt(w, w.npkts-1) + uint64(q.pktCost(w, w.npkts-1))
 	}
 	return true
 }
@@ -173,6 +279,9 @@ func (q *QP) failWQE(w *sendWQE, st WCStatus) {
 // when the cursor reaches it. It reports whether a packet went out.
 func (q *QP) sendOne(now Time) bool {
 	sq := &q.sq
+	if q.gentle {
+		return q.sendGentle(now)
+	}
 	if q.curIdx == sq.next {
 		if q.state != StateRTS || sq.next == sq.tail {
 			return false
@@ -181,6 +290,8 @@ func (q *QP) sendOne(now Time) bool {
 		if !q.canStart(w) || !q.start(w) {
 			return false
 		}
+	} else if q.windowFull() {
+		return false
 	}
 	return q.emit(now, sq.at(q.curIdx))
 }
@@ -226,15 +337,36 @@ func dataOpcode(o WROpcode, first, last bool) bth.Opcode {
 	return op
 }
 
-// emit sends the packet at the cursor of WQE w. It reports false when
-// the Output is full (the cursor stays) or the request failed.
+// emit sends the packet at the cursor of WQE w and moves the cursor on.
+// It reports false when the Output is full (the cursor stays) or the
+// request failed.
 func (q *QP) emit(now Time, w *sendWQE) bool {
+	sent, last := q.emitPkt(now, w, q.curIdx, q.curPkt)
+	if !sent {
+		return false
+	}
+	if last {
+		q.curIdx++
+		q.curPkt = 0
+		if q.typ != RC {
+			w.done = true
+			q.retire()
+		}
+	} else {
+		q.curPkt++
+	}
+	return true
+}
+
+// emitPkt sends packet k of WQE w, the one in queue counter idx. It
+// reports whether the packet went out and whether it was the last of
+// the request.
+func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last bool) {
 	mtu := uint32(q.mtu)
-	k := q.curPkt
 	psn := w.first.Add(int(k))
 	var h *bth.Headers
 	var payload []byte
-	last := true
+	last = true
 	switch w.wr.Opcode {
 	case WRRead:
 		off := k * mtu
@@ -262,11 +394,18 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 				op = bth.OpUDSendOnlyImm
 			}
 		case RC:
-			ack = last || q.noAck+1 >= ackEvery
+			// The A bit goes on last packets, on the packet that fills
+			// the send window and every quarter window (so that ACKs
+			// open the window while it is still partly full, and a
+			// loss shows within a quarter window), and at least every
+			// maxAckEvery packets.
+			c := q.pktCost(w, k)
+			ack = last || q.forceAck || q.noAck+1 >= maxAckEvery || (q.gentle && psn == q.retryPSN) ||
+				(q.win > 0 && (q.inFlight(w, k)+c >= q.win || q.noAckCost+c >= q.win/4))
 		}
 		h = q.headers(op, psn, ack)
 		if q.typ == UD {
-			q.sq.av(q.curIdx).fill(&h.L2L3)
+			q.sq.av(idx).fill(&h.L2L3)
 			h.IPID = q.ipid
 			if h.SrcPort == 0 {
 				h.SrcPort = bth.UDSourcePort(q.qpn)
@@ -289,18 +428,20 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 		var ok bool
 		if payload, ok = q.gather(w, off, n); !ok {
 			q.failWQE(w, WCLocProtErr)
-			return false
+			return false, last
 		}
 	}
 	if !q.out.Send(h, payload) {
-		return false
+		return false, last
 	}
 	q.ctr.SentPkts++
 	if q.typ == RC {
+		q.forceAck = false
 		if h.BTH.AckReq {
-			q.noAck = 0
+			q.noAck, q.noAckCost = 0, 0
 		} else {
 			q.noAck++
+			q.noAckCost += q.pktCost(w, k)
 		}
 		end := psn.Next()
 		if w.wr.Opcode == WRRead {
@@ -308,6 +449,10 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 		}
 		if psn.Less(q.sentHigh) {
 			q.ctr.RetransmittedPkts++
+		} else if h.BTH.AckReq && !q.rttOn && !w.rdAtomic {
+			// Time a new packet's acknowledgement (never a resent
+			// one's: its ACK may answer the first copy).
+			q.rttOn, q.rttPSN, q.rttAt = true, psn, now
 		}
 		if q.sentHigh.Less(end) {
 			q.sentHigh = end
@@ -315,18 +460,11 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 		if !q.ackArmed {
 			q.armAck(now)
 		}
-	}
-	if last {
-		q.curIdx++
-		q.curPkt = 0
-		if q.typ != RC {
-			w.done = true
-			q.retire()
+		if !q.probeArmed && !q.probeWant {
+			q.armProbe(now)
 		}
-	} else {
-		q.curPkt++
 	}
-	return true
+	return true, last
 }
 
 // ackTimeoutDur returns the local ACK timeout: 4.096 µs × 2^t.

@@ -13,7 +13,7 @@ func TestSegmentationByMTU(t *testing.T) {
 		mtu := m.Bytes()
 		o := defaultConn()
 		o.mtu, o.sqPSN = m, 1000
-		n := single(t, Caps{}, o)
+		n := single(t, Caps{SendWindow: -1}, o) // A bits on last packets only
 		data, key := n.buf(3*mtu+5, 0x10000, 1)
 		n.post(t, SendWR{ID: 1, Opcode: WRSend, SG: []SGE{{Addr: 0x10000, Length: uint32(len(data)), LKey: key}}})
 		n.post(t, SendWR{ID: 2, Opcode: WRWriteWithImm, Imm: 0xabcd, RemoteAddr: 0x5000, RKey: 77,
@@ -63,7 +63,7 @@ func TestSegmentationByMTU(t *testing.T) {
 func TestPeriodicAckRequest(t *testing.T) {
 	o := defaultConn()
 	o.mtu = MTU256
-	n := single(t, Caps{}, o)
+	n := single(t, Caps{SendWindow: -1}, o) // no window: maxAckEvery applies
 	_, key := n.buf(200*256, 0x10000, 1)
 	n.post(t, SendWR{ID: 1, Opcode: WRWrite, SG: []SGE{{Addr: 0x10000, Length: 200 * 256, LKey: key}}})
 	n.qp.Pump(0)
@@ -77,7 +77,7 @@ func TestPeriodicAckRequest(t *testing.T) {
 			acks = append(acks, i)
 		}
 	}
-	if len(acks) != 4 || acks[0] != ackEvery-1 || acks[1] != 2*ackEvery-1 || acks[2] != 3*ackEvery-1 || acks[3] != 199 {
+	if len(acks) != 4 || acks[0] != maxAckEvery-1 || acks[1] != 2*maxAckEvery-1 || acks[2] != 3*maxAckEvery-1 || acks[3] != 199 {
 		t.Fatalf("A bit on packets %v", acks)
 	}
 }
@@ -158,6 +158,7 @@ func TestPSNWrap(t *testing.T) {
 	o.sqPSN = 0xfffffe
 	o.mtu = MTU256
 	n := single(t, Caps{}, o)
+	n.dropsPastGap()
 	_, key := n.buf(1000, 0x10000, 1)
 	n.post(t, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: 1000, LKey: key}}})
 	n.post(t, SendWR{ID: 2, Opcode: WRRead, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: 512, LKey: key}}, RemoteAddr: 0x7000, RKey: 9})

@@ -75,17 +75,58 @@ type responder struct {
 	res     []rdRes
 	resNext uint64
 	msn     uint32
-	nakSent bool // a PSN sequence NAK (or RNR NAK) was sent for ePSN
+	nakSent bool    // a PSN sequence NAK (or RNR NAK) was sent for ePSN ...
+	oosHigh bth.PSN // ... and this is the PSN of the latest request after it
 
 	rcur     curMsg
-	roff     uint32 // bytes of the current message so far
-	wdata    []byte // WRITE target
-	wlen     uint32 // WRITE DMA length
-	haveRecv bool   // rwqe holds a receive WQE being filled
+	roff     uint32   // bytes of the current message so far
+	wdata    []byte   // WRITE target ...
+	wlen     uint32   // ... its DMA length ...
+	wref     writeRef // ... and where it is
+	haveRecv bool     // rwqe holds a receive WQE being filled
 	rwqe     recvWQE
 	rsg      []SGE
 	ucDrop   bool // UC: dropping until the next FIRST/ONLY
+
+	stashN int   // requests kept past a gap (Env.Stash) ...
+	kept   *kept // ... there; allocated when first needed
 }
+
+// kept holds the requests a responder keeps past a gap.
+type kept struct {
+	slots   [stashSlots]stashed // by PSN modulo stashSlots
+	high    bth.PSN             // highest PSN kept
+	pkt     bth.Packet          // a kept request being executed
+	ooFirst bth.PSN             // the last WRITE_FIRST seen past a gap ...
+	ooRef   writeRef            // ... its target ...
+	ooValid bool                // ... while requests are kept
+}
+
+// writeRef is the target of a WRITE, as its RETH gives it.
+type writeRef struct {
+	rkey uint32
+	va   uint64
+	dlen uint32
+}
+
+// stashed is a kept request: its frame in a buffer from Env.Stash, or,
+// for a WRITE_MIDDLE whose payload was written to its place already,
+// what the request was.
+type stashed struct {
+	psn    bth.PSN
+	buf    []byte // the frame ...
+	n      int
+	placed bool     // ... or the payload went to ref at off
+	ack    bool     // (placed) the A bit
+	ref    writeRef // (placed)
+	off    uint32   // (placed)
+}
+
+func (s *stashed) used() bool { return s.buf != nil || s.placed }
+
+// stashSlots is how far past ePSN requests are kept: enough for a
+// requester's default send window (48 packets at most) and some.
+const stashSlots = 64
 
 // initResponder sizes the READ/atomic resources (max_dest_rd_atomic) and
 // the response queue.
@@ -98,6 +139,7 @@ func (q *QP) initResponder(n int) {
 }
 
 func (q *QP) resetResponder() {
+	q.stashClear()
 	r := &q.resp
 	clear(r.items)
 	clear(r.res)
@@ -212,15 +254,46 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 		q.duplicate(p, psn)
 		return
 	case d > 0:
+		// NAK the first request past a gap and pass over the rest
+		// without an answer (dropped, or kept: stashPut), except a
+		// request whose PSN is not above the previous out-of-sequence
+		// one: the requester went back (or probes) and still ePSN did
+		// not arrive, so the retransmission was lost too, or the NAK
+		// was. It is NAKed again; requests that keep increasing after a
+		// NAK are the same loss, and get no more NAKs. Each NAK goes out
+		// twice, back to back: the requester's go-back waits for it,
+		// and the copy costs one small frame where its loss would cost
+		// a loss probe's wait. The requester takes the copy for what it
+		// is.
 		q.ctr.OutOfSequence++
-		if !r.nakSent {
-			r.nakSent = true
-			q.ctr.PacketSeqErr++
-			q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
+		again := r.nakSent && psn.Sub(r.oosHigh) <= 0
+		if !r.nakSent || again {
+			q.seqNAK()
 		}
+		r.oosHigh = psn
+		q.stashPut(p, psn, d)
 		return
 	}
-	switch e := q.execute(p, psn, true); e {
+	e := q.execute(p, psn, true)
+	q.answer(p, psn, e)
+	if e == rOK && r.stashN > 0 {
+		q.replay()
+	}
+}
+
+// seqNAK queues a PSN sequence NAK for ePSN.
+func (q *QP) seqNAK() {
+	r := &q.resp
+	r.nakSent = true
+	q.ctr.PacketSeqErr++
+	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
+}
+
+// answer queues what the requester is owed for the request at psn,
+// executed with outcome e.
+func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
+	r := &q.resp
+	switch e {
 	case rOK:
 		k := p.Info.Kind
 		if (k == bth.KindSend || k == bth.KindWrite) && p.BTH().AckReq() {
@@ -228,13 +301,197 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 		}
 	case rRNR:
 		q.ctr.SendRNRErr++
-		r.nakSent = true
+		r.nakSent, r.oosHigh = true, psn
 		q.pushAck(psn, bth.RNRSyndrome(q.attr.MinRNRTimer), r.msn)
 	case rDrop:
 		q.ctr.DroppedPkts++
 	default:
 		q.respFatal(psn, e)
 	}
+}
+
+// Kept requests. A responder may drop the requests that follow a gap
+// until the missing one arrives; with Env.Stash it keeps SEND and WRITE
+// requests up to stashSlots PSNs past ePSN instead, and executes them,
+// in PSN order, as soon as the missing request arrives: nothing is
+// executed out of order, and the requester, whose retransmission is
+// acknowledged up to the last request kept, need not send them again
+// (completer.go). When kept requests still follow a gap after that, the
+// new ePSN is NAKed at once. The payload of a WRITE_MIDDLE whose
+// WRITE_FIRST was seen goes straight to its place in the WRITE's target,
+// and only a note of it is kept: a WRITE's middle bytes may then land
+// before bytes that precede them, but its LAST packet, and so its last
+// bytes, still lands last.
+
+// stashPut keeps the request at psn, d PSNs past ePSN.
+func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
+	r := &q.resp
+	k := p.Info.Kind
+	if q.stash == nil || d >= stashSlots || (k != bth.KindSend && k != bth.KindWrite) || p.End > len(p.Frame) {
+		return
+	}
+	if r.kept == nil {
+		r.kept = new(kept)
+	}
+	kp := r.kept
+	s := &kp.slots[psn%stashSlots]
+	if s.used() {
+		if s.psn == psn {
+			return // kept already
+		}
+		q.stashFree(s) // left behind by a jump of ePSN
+	}
+	if k == bth.KindWrite && p.Info.Pos == bth.PosFirst {
+		reth := p.RETH()
+		if reth.DMALen() <= maxMessage && q.attr.AccessFlags&AccessRemoteWrite != 0 {
+			kp.ooFirst, kp.ooRef, kp.ooValid = psn, writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, true
+		}
+	}
+	if k == bth.KindWrite && p.Info.Pos == bth.PosMiddle {
+		if ref, off, ok := q.placeEarly(p, psn); ok {
+			*s = stashed{psn: psn, placed: true, ack: p.BTH().AckReq(), ref: ref, off: off}
+			q.stashCount(psn)
+			return
+		}
+	}
+	b := q.stash.Get(p.End)
+	if b == nil {
+		return
+	}
+	*s = stashed{psn: psn, buf: b, n: copy(b, p.Frame[:p.End])}
+	q.stashCount(psn)
+}
+
+func (q *QP) stashCount(psn bth.PSN) {
+	r := &q.resp
+	if r.stashN == 0 || r.kept.high.Less(psn) {
+		r.kept.high = psn
+	}
+	r.stashN++
+}
+
+// placeEarly writes the payload of the WRITE_MIDDLE at psn, past ePSN,
+// to its place, when the WRITE it belongs to is known: the one in
+// progress, or the one whose FIRST was seen last past the gap. It
+// returns the WRITE and the offset.
+func (q *QP) placeEarly(p *bth.Packet, psn bth.PSN) (writeRef, uint32, bool) {
+	r := &q.resp
+	mtu := uint32(q.mtu)
+	if uint32(p.PayloadN) != mtu {
+		return writeRef{}, 0, false
+	}
+	middle := func(ref writeRef, idx int) bool {
+		n := (uint64(ref.dlen) + uint64(mtu) - 1) / uint64(mtu)
+		return idx > 0 && uint64(idx) < n-1
+	}
+	var ref writeRef
+	idx := 0
+	switch {
+	case r.rcur == curWrite && middle(r.wref, int(r.roff/mtu)+psn.Sub(q.ePSN)):
+		ref, idx = r.wref, int(r.roff/mtu)+psn.Sub(q.ePSN)
+	case r.kept.ooValid && middle(r.kept.ooRef, psn.Sub(r.kept.ooFirst)):
+		ref, idx = r.kept.ooRef, psn.Sub(r.kept.ooFirst)
+	default:
+		return writeRef{}, 0, false
+	}
+	off := uint32(idx) * mtu
+	b, ok := q.mem.Remote(ref.rkey, ref.va+uint64(off), mtu, AccessRemoteWrite)
+	if !ok || uint32(len(b)) < mtu {
+		return writeRef{}, 0, false
+	}
+	copy(b, p.Payload())
+	return ref, off, true
+}
+
+func (q *QP) stashFree(s *stashed) {
+	if s.buf != nil {
+		q.stash.Put(s.buf)
+	}
+	*s = stashed{}
+	q.resp.stashN--
+}
+
+// stashClear gives every kept request back.
+func (q *QP) stashClear() {
+	r := &q.resp
+	if r.kept == nil {
+		return
+	}
+	for i := range r.kept.slots {
+		if s := &r.kept.slots[i]; s.used() {
+			q.stashFree(s)
+		}
+	}
+	r.kept.ooValid = false
+}
+
+// replay executes the kept requests that now follow ePSN.
+func (q *QP) replay() {
+	r := &q.resp
+	ran := false
+	kp := r.kept
+	for r.stashN > 0 && q.state != StateErr {
+		s := &kp.slots[q.ePSN%stashSlots]
+		if !s.used() || s.psn != q.ePSN {
+			break
+		}
+		psn := q.ePSN
+		if s.placed {
+			ref, off, ack := s.ref, s.off, s.ack
+			q.stashFree(s)
+			mtu := uint32(q.mtu)
+			if r.rcur != curWrite || r.wref != ref || r.roff != off || uint64(off)+uint64(mtu) >= uint64(r.wlen) {
+				q.respFatal(psn, rInvReq) // not the WRITE_MIDDLE it seemed
+				return
+			}
+			r.roff += mtu
+			q.ePSN = psn.Next()
+			r.nakSent = false
+			if ack {
+				q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
+			}
+			ran = true
+			continue
+		}
+		buf := s.buf[:s.n]
+		s.buf = nil
+		q.stashFree(s)
+		p := &kp.pkt
+		if bth.Parse(buf, p) != nil {
+			q.stash.Put(buf)
+			break
+		}
+		e := q.execute(p, psn, true) // copies the payload out
+		q.answer(p, psn, e)
+		q.stash.Put(buf)
+		if e != rOK {
+			if e == rRNR {
+				q.stashClear() // the requester goes back to psn
+			}
+			return
+		}
+		ran = true
+	}
+	if q.state == StateErr {
+		return
+	}
+	if ran {
+		// Everything executed is acknowledged (coalescing into an ACK
+		// queued for the last A-bit request).
+		q.pushAck(q.ePSN.Add(-1), bth.SyndromeACKNoCredits, r.msn)
+	}
+	for i := range kp.slots {
+		if s := &kp.slots[i]; s.used() && s.psn.Sub(q.ePSN) <= 0 {
+			q.stashFree(s) // stale: ePSN went past it
+		}
+	}
+	if r.stashN == 0 {
+		kp.ooValid = false
+		return
+	}
+	// Kept requests follow another gap: a packet past ePSN was seen.
+	q.seqNAK()
+	r.oosHigh = kp.high
 }
 
 // respFatal NAKs the request at psn and moves the QP to ERR (IBTA
@@ -393,10 +650,14 @@ func (q *QP) execWrite(p *bth.Packet) rerr {
 	}
 	copy(data[off:], p.Payload())
 	if !last {
+		if first {
+			reth := p.RETH()
+			r.wref = writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: dl}
+		}
 		r.rcur, r.wdata, r.wlen, r.roff = curWrite, data, dl, uint32(end)
 		return rOK
 	}
-	r.rcur, r.wdata, r.wlen, r.roff = curNone, nil, 0, 0
+	r.rcur, r.wdata, r.wlen, r.roff, r.wref = curNone, nil, 0, 0, writeRef{}
 	r.msn++
 	if info.Imm {
 		q.recvWC(WCSuccess, WCRecvRDMAImm, dl, WCWithImm, imm, 0, q.attr.DestQPN)

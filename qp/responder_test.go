@@ -24,18 +24,25 @@ func reth(va uint64, rkey, n uint32) func(h *bth.Headers) {
 	return func(h *bth.Headers) { h.VA, h.RKey, h.DMALen = va, rkey, n }
 }
 
-// wantAck checks that ps is one ACK/NAK with the given PSN, syndrome and MSN.
+// wantAck checks that ps is one ACK/NAK with the given PSN, syndrome and
+// MSN.
 func wantAck(t *testing.T, ps []*bth.Packet, psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	t.Helper()
-	if len(ps) != 1 || ps[0].Opcode() != bth.OpAck {
-		t.Fatalf("want one ACK, got %v", describe(ps))
+	want := 1
+	if len(ps) != want {
+		t.Fatalf("want %d ACK/NAK, got %v", want, describe(ps))
 	}
-	a := ps[0].AETH()
-	if ps[0].BTH().PSN() != psn || a.Syndrome() != syn || a.MSN() != msn {
-		t.Fatalf("ACK psn %d syndrome %#x msn %d, want %d %#x %d", ps[0].BTH().PSN(), a.Syndrome(), a.MSN(), psn, syn, msn)
-	}
-	if ps[0].BTH().DestQP() != peerQPN {
-		t.Fatalf("ACK to qp %#x", ps[0].BTH().DestQP())
+	for _, p := range ps {
+		if p.Opcode() != bth.OpAck {
+			t.Fatalf("want ACK/NAK, got %v", describe(ps))
+		}
+		a := p.AETH()
+		if p.BTH().PSN() != psn || a.Syndrome() != syn || a.MSN() != msn {
+			t.Fatalf("ACK psn %d syndrome %#x msn %d, want %d %#x %d", p.BTH().PSN(), a.Syndrome(), a.MSN(), psn, syn, msn)
+		}
+		if p.BTH().DestQP() != peerQPN {
+			t.Fatalf("ACK to qp %#x", p.BTH().DestQP())
+		}
 	}
 }
 
@@ -91,6 +98,8 @@ func TestResponderOutOfSequenceOneNAK(t *testing.T) {
 	for i := uint64(1); i <= 3; i++ {
 		n.recv(t, i, 0x10000, 4096, key)
 	}
+	// One NAK for the first request past the gap, none for
+	// the next one.
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 12, true, []byte("x"), nil))
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 13, true, []byte("x"), nil))
 	wantAck(t, n.out.take(), 10, bth.SyndromePSNSeqErr, 0)

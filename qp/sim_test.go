@@ -340,7 +340,7 @@ func planWork(rng *rand.Rand, count int, mtu int) ([]op, uint32, uint32) {
 	return plan, wrEnd, rdEnd
 }
 
-func newSimNode(t *testing.T, name string, qpn uint32, rng *rand.Rand, count, mtu int, inf bool, out Output, fail func(string, ...any)) *simNode {
+func newSimNode(t *testing.T, name string, qpn uint32, rng *rand.Rand, count, mtu, win int, inf bool, stash Stash, out Output, fail func(string, ...any)) *simNode {
 	n := &simNode{name: name, mem: &fakeMem{}, fail: fail}
 	var rdEnd uint32
 	n.plan, n.wrEnd, rdEnd = planWork(rng, count, mtu)
@@ -360,8 +360,8 @@ func newSimNode(t *testing.T, name string, qpn uint32, rng *rand.Rand, count, mt
 	n.keys.recv = n.mem.reg(n.recv, vaRecv, AccessLocalWrite)
 	n.keys.atom = n.mem.reg(n.atom, vaAtom, AccessLocalWrite|AccessRemoteAtomic)
 	n.keys.ares = n.mem.reg(n.ares, vaARes, AccessLocalWrite)
-	q, err := New(Caps{Type: RC, QPN: qpn, MaxSendWR: 32, MaxRecvWR: nRecv, MaxSendSGE: 1, MaxRecvSGE: 1, InfiniteRetry7: inf},
-		Env{Mem: n.mem, Out: out, Sink: n})
+	q, err := New(Caps{Type: RC, QPN: qpn, MaxSendWR: 32, MaxRecvWR: nRecv, MaxSendSGE: 1, MaxRecvSGE: 1, InfiniteRetry7: inf, SendWindow: win},
+		Env{Mem: n.mem, Out: out, Sink: n, Stash: stash})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,8 +385,24 @@ func simulate(t *testing.T, seed uint64, f faults, count int) error {
 	ab := &channel{rng: rand.New(rand.NewPCG(seed, 1)), f: f, lat: time.Microsecond}
 	ba := &channel{rng: rand.New(rand.NewPCG(seed, 2)), f: f, lat: time.Microsecond}
 	outA, outB := &linkOut{name: "A>", t: t, now: &now, ch: ab}, &linkOut{name: "<B", t: t, now: &now, ch: ba}
-	a := newSimNode(t, "A", 0x11, rng, count, mtu.Bytes(), f.infinite, outA, fail)
-	b := newSimNode(t, "B", 0x12, rng, count, mtu.Bytes(), f.infinite, outB, fail)
+	win := []int{0, -1, 3000, 8 << 10}[rng.IntN(4)] // send window: default, none, small
+	// Responders keep requests past a gap, in a pool of 0, a few or
+	// plenty of buffers.
+	var sa, sb Stash
+	if k := rng.IntN(3); k > 0 {
+		pa, pb := &testStash{max: 4}, &testStash{max: 4}
+		if k == 2 {
+			pa.max, pb.max = 1000, 1000
+		}
+		sa, sb = pa, pb
+		defer func() {
+			if pa.out != 0 || pb.out != 0 {
+				fail("stash buffers not returned: %d, %d", pa.out, pb.out)
+			}
+		}()
+	}
+	a := newSimNode(t, "A", 0x11, rng, count, mtu.Bytes(), win, f.infinite, sa, outA, fail)
+	b := newSimNode(t, "B", 0x12, rng, count, mtu.Bytes(), win, f.infinite, sb, outB, fail)
 	a.setPeer(b)
 	b.setPeer(a)
 	o := defaultConn()

@@ -113,6 +113,7 @@ var qpCounterFields = []struct {
 	{"resp_local_length_error", func(c *qp.Counters) *uint64 { return &c.RespLocalLengthErr }},
 	{"resp_cqe_error", func(c *qp.Counters) *uint64 { return &c.RespCQEError }},
 	{"retransmitted_pkts", func(c *qp.Counters) *uint64 { return &c.RetransmittedPkts }},
+	{"loss_probes", func(c *qp.Counters) *uint64 { return &c.LossProbes }},
 	{"qkey_violation", func(c *qp.Counters) *uint64 { return &c.QKeyViolation }},
 	{"cnp_rcvd", func(c *qp.Counters) *uint64 { return &c.CNPRcvd }},
 	{"dropped_pkts", func(c *qp.Counters) *uint64 { return &c.DroppedPkts }},

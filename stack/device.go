@@ -64,12 +64,16 @@ type Config struct {
 	// Batch is the number of frames received or transmitted per link
 	// call (default 64).
 	Batch int
-	// SendWindow bounds the request packets (PSNs) an RC QP may have
-	// sent and not yet seen acknowledged; 0 leaves it to the transport
-	// (unbounded). Go-back-N resends everything in flight after a loss,
-	// so on lossy paths a window of a few dozen packets keeps goodput
-	// up. The engine sets the A bit on the packet that fills the window,
-	// so the peer acknowledges it at once.
+	// SendWindow bounds the SEND and WRITE packets an RC QP may have
+	// sent and not yet seen acknowledged, in packets of the port's
+	// active MTU (qp.Caps.SendWindow gets as many bytes; smaller packets
+	// count less, at least 1 KiB each): 0 is qp's adaptive window (48
+	// to 256 KiB, shrinking on loss), a negative value leaves only the
+	// PSN space as a bound. The window keeps loss recovery short:
+	// go-back-N resends everything in flight after a loss, and even a
+	// responder that keeps what follows a gap has it all to work
+	// through before it acknowledges the missing packet. The A bit is
+	// asked for every quarter window, so that ACKs keep it moving.
 	SendWindow int
 
 	// Name is the device name reported by Query (default "uroce0").

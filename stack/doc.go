@@ -45,13 +45,20 @@
 //
 // # The engine's own transmit policy
 //
-// Two things happen between a QP and its link. A plain ACK replaces the
-// same QP's previous ACK while that is still the QP's latest frame in
-// the transmit batch (the responder may coalesce ACKs; small requests
-// then cost one ACK per batch, not one each). With Config.SendWindow, an
-// RC QP may have at most that many request PSNs unacknowledged; the
-// packet that fills the window asks for an ACK. Go-back-N resends all
-// that is in flight after a loss, so a window keeps lossy links usable.
+// A plain ACK replaces the same QP's previous ACK while that is still the
+// QP's latest frame in the transmit batch (the responder may coalesce
+// ACKs; small requests then cost one ACK per batch, not one each). The
+// responses to a receive batch go out every 16 frames or 16 KiB rather
+// than when the whole batch is done: a requester whose send window
+// waits for them (Config.SendWindow, qp.Caps.SendWindow) keeps sending
+// while the rest of the batch is processed, and the two ends work at the
+// same time instead of taking turns. For the same reason an idle engine
+// goes on polling its link for 50 µs before it sleeps.
+//
+// Each engine lends its RC QPs up to 256 frame buffers (allocated when
+// first needed) to keep the requests that arrive after a lost one
+// (qp.Env.Stash): after a loss the requester then resends the lost
+// packet only, not everything that followed it (see package qp).
 //
 // # Multiple queues
 //

@@ -22,6 +22,8 @@ type engine struct {
 	// Destroy take it to wait for the batch in progress.
 	batchMu sync.Mutex
 
+	stash stashPool // buffers the engine's QPs keep requests in (qp.Stash)
+
 	kickMu      sync.Mutex
 	kicked      []*QP // QPs with news from verbs calls
 	kickPending atomic.Bool
@@ -40,7 +42,6 @@ type engine struct {
 	txFull   bool   // the link refused frames: wait for Poll
 	txGen    uint64 // changes whenever the batch is flushed
 	frameMax int
-	window   int   // Config.SendWindow
 	cur      *QP   // the QP whose lock is held
 	spare    []*QP // swapped with kicked
 	active   []*QP // QPs that have packets to send
@@ -86,7 +87,7 @@ func newEngine(d *Device, id int, l Link) *engine {
 	e := &engine{dev: d, id: id, link: l, clock: d.clock, done: make(chan struct{})}
 	n := d.cfg.Batch
 	e.frameMax = maxFrameLen(d.cfg.MTU)
-	e.window = d.cfg.SendWindow
+	e.stash.size, e.stash.max = e.frameMax, stashFrames
 	e.rx = make([][]byte, n)
 	e.tx = make([][]byte, n)
 	e.txBufs = make([][]byte, n)
@@ -101,26 +102,39 @@ func newEngine(d *Device, id int, l Link) *engine {
 func (e *engine) run() {
 	defer close(e.done)
 	idle := 0
+	var lastWork time.Time
 	for !e.stop.Load() {
 		e.batchMu.Lock()
 		work := e.step()
 		e.batchMu.Unlock()
 		if work {
 			idle = 0
+			lastWork = time.Time{}
 			continue
 		}
 		if e.dev.cfg.BusyPoll {
 			runtime.Gosched()
 			continue
 		}
-		// A few yields before sleeping catch the next frame or post
-		// without the cost of parking and waking.
+		// Polling a while before sleeping catches the next frame or
+		// post without the cost of parking and waking: in a stream of
+		// requests and ACKs, the gaps are shorter than idleSpin.
 		if idle < idleYields {
 			idle++
 			runtime.Gosched()
 			continue
 		}
+		if idleSpin > 0 {
+			if lastWork.IsZero() {
+				lastWork = time.Now()
+			}
+			if time.Since(lastWork) < idleSpin {
+				runtime.Gosched()
+				continue
+			}
+		}
 		idle = 0
+		lastWork = time.Time{}
 		e.sleeping.Store(true)
 		if e.kickPending.Load() || e.in.pending.Load() || e.stop.Load() {
 			e.sleeping.Store(false)
@@ -204,8 +218,18 @@ func (e *engine) step() bool {
 
 	if n := e.link.Receive(e.rx); n > 0 {
 		work = true
-		for _, f := range e.rx[:n] {
+		frames, bytes := 0, 0
+		for i, f := range e.rx[:n] {
 			e.input(f, now)
+			frames++
+			bytes += len(f)
+			if (frames >= respFlushFrames || bytes >= respFlushBytes) && i+1 < n && e.txN > 0 && !e.txFull {
+				// ACKs go out while the rest of the batch is processed:
+				// a requester waiting for them to open its send window
+				// works meanwhile, instead of the two taking turns.
+				e.flush()
+				frames, bytes = 0, 0
+			}
 		}
 		e.releaseCur()
 		clear(e.rx[:n])
@@ -223,7 +247,6 @@ func (e *engine) step() bool {
 		for _, q := range e.due {
 			e.acquire(q)
 			if !q.destroyed {
-				q.winFull = false // a timeout may resend from an earlier PSN
 				q.q.Tick(now)
 			}
 			e.releaseCur()
@@ -288,7 +311,7 @@ func (e *engine) releaseCur() {
 	armed, busy := false, false
 	if !q.destroyed {
 		d, armed = q.q.Deadline()
-		busy = q.q.Busy() && !q.winFull
+		busy = q.q.Busy()
 	}
 	q.unlock()
 	switch {
@@ -378,18 +401,6 @@ func (e *engine) input(f []byte, now Time) {
 		}
 	}
 	e.c.rcvdPkts++
-	if tr == bth.TransportRC && !p.Info.Request && e.window > 0 {
-		// A response acknowledges PSNs (a NAK those before its own):
-		// the send window moves.
-		acked := p.BTH().PSN()
-		if a := p.AETH(); a != nil && a.Syndrome().Kind() != bth.AckKindACK {
-			acked = acked.Add(-1)
-		}
-		if acked.Sub(q.acked) > 0 {
-			q.acked = acked
-		}
-		q.winFull = false
-	}
 	q.q.Receive(now, p)
 }
 
@@ -596,5 +607,58 @@ func (b *inbox) recycle(frames [][]byte) {
 	b.spare = frames[:0]
 }
 
-// idleYields is how many times an idle engine yields before it sleeps.
-var idleYields = 4
+// An engine transmits the responses to the frames of a receive batch
+// every respFlushFrames frames or respFlushBytes bytes received, which
+// comes first (a quarter of the default send window of large packets).
+const (
+	respFlushFrames = 16
+	respFlushBytes  = 16 << 10
+)
+
+// idleYields is how many times an idle engine yields before it sleeps;
+// then it goes on polling until idleSpin has passed without work.
+var (
+	idleYields = 4
+	idleSpin   = 50 * time.Microsecond
+)
+
+// stashFrames bounds the frames an engine's QPs keep for requests that
+// arrive after a gap (qp.Stash): a few send windows' worth. Buffers are
+// allocated when first needed and reused.
+const stashFrames = 256
+
+// stashPool lends frame buffers to the responders of an engine's QPs.
+// The engine calls it, and so do verbs calls that reset a QP.
+type stashPool struct {
+	mu   sync.Mutex
+	free [][]byte
+	n    int // buffers allocated
+	size int
+	max  int
+}
+
+// Get implements qp.Stash.
+func (s *stashPool) Get(n int) []byte {
+	if n > s.size {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := len(s.free); k > 0 {
+		b := s.free[k-1]
+		s.free = s.free[:k-1]
+		return b
+	}
+	if s.n >= s.max {
+		return nil
+	}
+	s.n++
+	return make([]byte, s.size)
+}
+
+// Put implements qp.Stash.
+func (s *stashPool) Put(b []byte) {
+	s.mu.Lock()
+	s.free = append(s.free, b[:cap(b)])
+	s.mu.Unlock()
+}

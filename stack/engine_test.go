@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/qp"
 )
 
 // TestEngineIngressChecks feeds crafted frames to a device through a pipe
@@ -169,5 +170,146 @@ func TestEngineNoAllocs(t *testing.T) {
 	pkts := float64(s.a.Counters().SentPkts+s.b.Counters().SentPkts-sent) / 101
 	if allocs != 0 {
 		t.Fatalf("%v allocations per round of %.0f packets", allocs, pkts)
+	}
+}
+
+// callLink records how many frames each Transmit call carries.
+type callLink struct {
+	Link
+	calls []int
+}
+
+func (l *callLink) Transmit(frames [][]byte) int {
+	n := l.Link.Transmit(frames)
+	l.calls = append(l.calls, n)
+	return n
+}
+
+// TestResponsesLeaveDuringReceiveBatch: a receive batch of requests,
+// each asking for an ACK, is answered every 16 frames or 16 KiB (one
+// coalesced ACK each time), not once at the end of the batch.
+func TestResponsesLeaveDuringReceiveBatch(t *testing.T) {
+	for _, c := range []struct {
+		n, size int
+		calls   int // responder's transmit calls, one ACK each
+	}{
+		{40, 64, 3},   // 16 + 16 + 8 frames
+		{10, 4096, 3}, // 4 + 4 + 2 frames of 4 KiB
+	} {
+		clock := NewFakeClock(0)
+		pa, pb := NewPipe(PipeConfig{MTU: 9000})
+		lb := &callLink{Link: pb}
+		da := openManualWin(t, pa, macA, []netip.Addr{ipA}, clock, -1) // all in one batch
+		db := openManual(t, lb, macB, []netip.Addr{ipB}, clock)
+		A, B := newSide(t, da, 1<<16, 64), newSide(t, db, 1<<16, 64)
+		qa, qb := A.qp(t, RC), B.qp(t, RC)
+		connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite) // path MTU 4096, the pipe's
+		var wrs []SendWR
+		for i := 0; i < c.n; i++ {
+			wrs = append(wrs, SendWR{ID: uint64(i), Op: OpWrite, SG: []SGE{A.mr.SGE(0, uint32(c.size))},
+				Remote: RemoteAddr{B.mr.Addr(), B.mr.RKey()}})
+		}
+		wrs[c.n-1].Flags = SendSignaled
+		if _, err := qa.PostSendBatch(wrs); err != nil {
+			t.Fatal(err)
+		}
+		da.Step()
+		if n := qa.Counters().SentPkts; n != uint64(c.n) {
+			t.Fatalf("%d requests sent in one step", n)
+		}
+		db.Step()
+		if len(lb.calls) != c.calls {
+			t.Fatalf("%d-byte requests: responder transmitted %v frames per call, want %d calls of one",
+				c.size, lb.calls, c.calls)
+		}
+		for _, k := range lb.calls {
+			if k != 1 {
+				t.Fatalf("%d-byte requests: responder transmitted %v frames per call", c.size, lb.calls)
+			}
+		}
+		da.Step()
+		if wc := pollN(t, &simPair{clock: clock, a: da, b: db}, A.cq, 1); wc[0].Status != 0 {
+			t.Fatalf("write: %v", wc[0].Status)
+		}
+	}
+}
+
+// TestSendWindowConfig: Config.SendWindow bounds the packets an RC QP
+// has in flight (0: qp.DefaultSendWindow bytes, negative: no bound), and
+// the window moves as ACKs come back.
+func TestSendWindowConfig(t *testing.T) {
+	// The port's MTU is 1024 (a 1500-byte link), the path MTU too.
+	for _, c := range []struct{ win, first int }{{8, 8}, {0, qp.DefaultSendWindow >> 10}, {-1, 100}, {1, 1}} {
+		clock := NewFakeClock(0)
+		pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 512})
+		da := openManualWin(t, pa, macA, []netip.Addr{ipA}, clock, c.win)
+		db := openManual(t, pb, macB, []netip.Addr{ipB}, clock)
+		A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
+		qa, qb := A.qp(t, RC), B.qp(t, RC)
+		connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite)
+		const size = 100 * 1024 // 100 packets at path MTU 1024
+		if err := qa.PostSend(&SendWR{ID: 1, Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, size)},
+			Remote: RemoteAddr{B.mr.Addr(), B.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+		da.Step()
+		if n := qa.Counters().SentPkts; n != uint64(c.first) {
+			t.Errorf("window %d: %d packets in the first step, want %d", c.win, n, c.first)
+		}
+		s := &simPair{clock: clock, a: da, b: db}
+		if wc := pollN(t, s, A.cq, 1); wc[0].Status != 0 {
+			t.Fatalf("window %d: write %v", c.win, wc[0].Status)
+		}
+		if n := qa.Counters().SentPkts; n != 100 {
+			t.Errorf("window %d: %d packets sent in all", c.win, n)
+		}
+	}
+}
+
+// TestEngineNoAllocsLossy: recovering from loss (NAKs, loss probes, kept
+// requests, go-back-N) allocates nothing per packet either, once the
+// buffers for kept requests exist.
+func TestEngineNoAllocsLossy(t *testing.T) {
+	s := newSimPair(t, 9000, &FaultConfig{Seed: 3, Drop: 0.05})
+	A, B := newSide(t, s.a, 1<<20, 256), newSide(t, s.b, 1<<20, 256)
+	qa, qb := A.qp(t, RC), B.qp(t, RC)
+	connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite)
+	var wrs []SendWR
+	for i := 0; i < 8; i++ {
+		wrs = append(wrs, SendWR{ID: uint64(i), Op: OpWrite, SG: []SGE{A.mr.SGE(uint64(i)<<16, 65536)},
+			Remote: RemoteAddr{B.mr.Addr() + uint64(i)<<16, B.mr.RKey()}})
+	}
+	wrs[7].Flags = SendSignaled
+	wcs := make([]WC, 16)
+	round := func() {
+		if _, err := qa.PostSendBatch(wrs); err != nil {
+			panic(err)
+		}
+		for A.cq.Poll(wcs) == 0 {
+			wa, wb := s.a.Step(), s.b.Step()
+			if wa || wb {
+				s.clock.Advance(1000)
+				continue
+			}
+			d, ok := s.a.NextDeadline()
+			if db, okb := s.b.NextDeadline(); okb && (!ok || db < d) {
+				d, ok = db, true
+			}
+			if !ok {
+				panic("stuck")
+			}
+			s.clock.Set(max(d, s.clock.Now()+1))
+		}
+	}
+	for i := 0; i < 100; i++ {
+		round()
+	}
+	r0 := qa.Counters().RetransmittedPkts
+	allocs := testing.AllocsPerRun(100, round)
+	if r := qa.Counters().RetransmittedPkts - r0; r == 0 {
+		t.Fatal("no loss recovered while measuring")
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per round of eight lossy 64 KiB WRITEs", allocs)
 	}
 }

@@ -156,8 +156,6 @@ type QP struct {
 	ah        AHAttr     // last address vector set
 	peer      netip.Addr // connected peer's address, checked on receive
 	local     netip.Addr // our address on the path
-	acked     PSN        // RC: highest PSN the peer acknowledged (send window)
-	winFull   bool       // RC: a request did not fit the send window
 	out       qpOutput
 	sink      qpSink
 
@@ -226,12 +224,20 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		PKey:           0xffff,
 		InfiniteRetry7: init.InfiniteRetry7,
 		PortMTU:        d.attr.ActiveMTU,
+		SendWindow:     d.cfg.SendWindow,
+	}
+	if caps.SendWindow > 0 {
+		caps.SendWindow *= d.attr.ActiveMTU.Bytes() // packets of the port's MTU
 	}
 	if init.SRQ != nil {
 		caps.SRQ = init.SRQ.q
 		caps.MaxRecvWR = 0
 	}
-	t, err := qp.New(caps, qp.Env{Mem: &pd.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr})
+	env := qp.Env{Mem: &pd.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr}
+	if init.Type == RC {
+		env.Stash = &q.eng.stash
+	}
+	t, err := qp.New(caps, env)
 	if err != nil {
 		d.qps.remove(q)
 		return nil, fmt.Errorf("create qp: %w", err)
@@ -338,10 +344,6 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		if err != nil {
 			err = fmt.Errorf("modify qp %#x: %w", q.qpn, err)
 		}
-	}
-	if err == nil && mask&qp.AttrSQPSN != 0 {
-		q.acked = attr.SQPSN.Add(-1)
-		q.winFull = false
 	}
 	if err == nil && mask&qp.AttrAV != 0 {
 		q.ah = attr.AH
@@ -557,6 +559,7 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("destroy qp %#x: %w", q.qpn, ErrDestroyed)
 	}
 	q.destroyed = true
+	q.q.Release()
 	q.unlock()
 	q.dev.qps.remove(q)
 	q.dev.retiredMu.Lock()
@@ -601,15 +604,6 @@ func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
 	q := o.q
 	if !q.inEngine {
 		return false
-	}
-	if w := q.eng.window; w > 0 && q.init.Type == RC && h.BTH.Opcode.Info().Request {
-		switch d := h.BTH.PSN.Sub(q.acked); {
-		case d > w:
-			q.winFull = true
-			return false
-		case d == w:
-			h.BTH.AckReq = true
-		}
 	}
 	return q.eng.send(q, h, payload)
 }

@@ -202,7 +202,7 @@ func TestSimulationLossless(t *testing.T) {
 func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
 	r := rand.New(rand.NewPCG(seed, 0x51))
 	mtu := []int{1500, 9000}[r.IntN(2)]
-	window := []int{0, 0, 8, 32, 200}[r.IntN(5)]
+	window := []int{0, 0, -1, 8, 32, 200}[r.IntN(6)]
 	sm := &sim{t: t, r: r, s: newSimPairWin(t, mtu, faults, window), ops: map[uint64]*simOp{}, total: total, wcs: make([]WC, 32)}
 	for i, d := range []*Device{sm.s.a, sm.s.b} {
 		n := &simNode{name: string(rune('A' + i)), dev: d, buf: make([]byte, simChunk*simChunks),

@@ -1,0 +1,295 @@
+package qp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// The responder keeping requests past a gap (Env.Stash), and the
+// requester's gentle go-back that makes use of it.
+
+// stashNode is a responder (ePSN 10, path MTU 1024) with a stash of at
+// most max buffers, an 8 KiB WRITE target at 0x10000 and a 4 KiB
+// receive buffer at 0x20000 (posted unless norecv).
+type stashNode struct {
+	*node
+	st      *testStash
+	wbuf    []byte
+	wkey    uint32
+	rbuf    []byte
+	payload []byte // 6 KiB of data the requests carry
+}
+
+func newStashNode(t *testing.T, max int, norecv bool) *stashNode {
+	n := respNode(t, 10)
+	s := &stashNode{node: n, st: &testStash{max: max}}
+	n.qp.stash = s.st
+	s.wbuf, s.wkey = n.buf(8192, 0x10000, 0)
+	clear(s.wbuf)
+	var rkey uint32
+	s.rbuf, rkey = n.buf(4096, 0x20000, 0)
+	if !norecv {
+		n.recv(t, 1, 0x20000, 4096, rkey)
+	}
+	s.payload = make([]byte, 6144)
+	pattern(s.payload, 3)
+	return s
+}
+
+// The requests: a WRITE of 4000 bytes at 10-13, a SEND at 14, a WRITE at
+// 15 (to 0x10000+5000).
+func (s *stashNode) request(t *testing.T, psn bth.PSN) *bth.Packet {
+	d := s.payload
+	switch psn {
+	case 10:
+		return req(t, bth.OpWriteFirst, 10, false, d[:1024], reth(0x10000, s.wkey, 4000))
+	case 11:
+		return req(t, bth.OpWriteMiddle, 11, false, d[1024:2048], nil)
+	case 12:
+		return req(t, bth.OpWriteMiddle, 12, false, d[2048:3072], nil)
+	case 13:
+		return req(t, bth.OpWriteLast, 13, true, d[3072:4000], nil)
+	case 14:
+		return req(t, bth.OpSendOnly, 14, true, d[4000:4100], nil)
+	case 15:
+		return req(t, bth.OpWriteOnly, 15, true, d[4100:4164], reth(0x10000+5000, s.wkey, 64))
+	}
+	t.Fatalf("no request %d", psn)
+	return nil
+}
+
+func (s *stashNode) deliver(t *testing.T, psns ...bth.PSN) {
+	t.Helper()
+	for _, psn := range psns {
+		s.qp.Receive(0, s.request(t, psn))
+	}
+}
+
+func (s *stashNode) wantNothing(t *testing.T) {
+	t.Helper()
+	if ps := s.out.take(); len(ps) != 0 {
+		t.Fatalf("sent %v", describe(ps))
+	}
+}
+
+// checkAll checks that every request was executed: memory, the receive.
+func (s *stashNode) checkAll(t *testing.T) {
+	t.Helper()
+	if !bytes.Equal(s.wbuf[:4000], s.payload[:4000]) || !bytes.Equal(s.wbuf[5000:5064], s.payload[4100:4164]) {
+		t.Error("WRITE data differs")
+	}
+	wantWC(t, "recv", s.sink.recv, WC{ID: 1, Opcode: WCRecv})
+	if !bytes.Equal(s.rbuf[:100], s.payload[4000:4100]) {
+		t.Error("SEND data differs")
+	}
+	if s.st.out != 0 {
+		t.Errorf("%d stash buffers not returned", s.st.out)
+	}
+}
+
+func TestResponderKeepsRequestsPastGap(t *testing.T) {
+	s := newStashNode(t, 8, false)
+	s.deliver(t, 10, 12)
+	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 0)
+	// A WRITE_MIDDLE goes to its place at once; nothing is kept for it.
+	if !bytes.Equal(s.wbuf[2048:3072], s.payload[2048:3072]) || s.st.out != 0 {
+		t.Fatalf("WRITE_MIDDLE past the gap not placed (%d buffers out)", s.st.out)
+	}
+	// The rest is kept, the WRITE's last bytes with it.
+	s.deliver(t, 13, 14, 15)
+	s.wantNothing(t)
+	if s.st.out != 3 || !bytes.Equal(s.wbuf[3072:4000], make([]byte, 928)) || len(s.sink.recv) != 0 {
+		t.Fatalf("%d buffers out, WRITE_LAST executed early or receive completed", s.st.out)
+	}
+	// A copy of a kept request (a loss probe) draws the NAK again and
+	// keeps nothing more.
+	s.deliver(t, 14)
+	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 0)
+	if s.st.out != 3 {
+		t.Fatalf("%d buffers out after a copy", s.st.out)
+	}
+	// 11 arrives: everything runs, in order, under one ACK.
+	s.deliver(t, 11)
+	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	s.checkAll(t)
+	if c := s.qp.Counters(); c.OutOfSequence != 5 || c.PacketSeqErr != 2 || c.DuplicateRequest != 0 {
+		t.Errorf("counters %+v", *c)
+	}
+	// The next requests go on in order.
+	s.qp.Receive(0, req(t, bth.OpWriteOnly, 16, true, nil, reth(0x10000, s.wkey, 0)))
+	wantAck(t, s.out.take(), 16, bth.SyndromeACKNoCredits, 4)
+}
+
+func TestResponderNAKsNextGapAfterReplay(t *testing.T) {
+	s := newStashNode(t, 8, false)
+	s.deliver(t, 10, 12, 14, 15)
+	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 0)
+	// 11 fills the first gap; 13 is missing too: it is NAKed at once
+	// (the NAK acknowledges 12).
+	s.deliver(t, 11)
+	wantAck(t, s.out.take(), 13, bth.SyndromePSNSeqErr, 0)
+	s.deliver(t, 13)
+	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	s.checkAll(t)
+}
+
+// Without a free buffer, requests past a gap are dropped as without a
+// stash; the requester sends them again.
+func TestResponderStashFull(t *testing.T) {
+	s := newStashNode(t, 1, false)
+	s.deliver(t, 10, 12, 13, 14, 15) // 12 placed, 13 kept, 14 and 15 dropped
+	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 0)
+	if s.st.out != 1 {
+		t.Fatalf("%d buffers out", s.st.out)
+	}
+	s.deliver(t, 11)
+	wantAck(t, s.out.take(), 13, bth.SyndromeACKNoCredits, 1)
+	s.deliver(t, 14, 15)
+	if ps := s.out.take(); len(ps) != 2 {
+		t.Fatalf("answers %v", describe(ps))
+	}
+	s.checkAll(t)
+}
+
+func TestResponderStashReleased(t *testing.T) {
+	for _, how := range []string{"error", "reset", "release"} {
+		s := newStashNode(t, 8, false)
+		s.deliver(t, 10, 13, 14)
+		if s.st.out != 2 {
+			t.Fatalf("%s: %d buffers out", how, s.st.out)
+		}
+		var err error
+		switch how {
+		case "error":
+			err = s.qp.Modify(0, &Attr{State: StateErr}, AttrState)
+		case "reset":
+			err = s.qp.Modify(0, &Attr{State: StateReset}, AttrState)
+		case "release":
+			s.qp.Release()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.st.out != 0 {
+			t.Errorf("%s: %d buffers not returned", how, s.st.out)
+		}
+	}
+}
+
+// A kept SEND finds no receive when its turn comes: RNR NAK, and what
+// was kept after it is dropped (the requester goes back to it).
+func TestResponderReplayRNR(t *testing.T) {
+	s := newStashNode(t, 8, true)
+	s.deliver(t, 10, 12, 13, 14, 15)
+	s.out.take()
+	s.deliver(t, 11)
+	wantAck(t, s.out.take(), 14, bth.RNRSyndrome(12), 1)
+	if s.st.out != 0 || !bytes.Equal(s.wbuf[:4000], s.payload[:4000]) {
+		t.Fatalf("%d buffers out; WRITE before the SEND not complete", s.st.out)
+	}
+	if c := s.qp.Counters(); c.SendRNRErr != 1 {
+		t.Errorf("counters %+v", *c)
+	}
+}
+
+// A WRITE_MIDDLE placed on the word of a WRITE_FIRST is checked when its
+// turn comes: a retransmitted FIRST for another target makes it an
+// invalid request.
+func TestResponderPlacedMiddleChecked(t *testing.T) {
+	s := newStashNode(t, 0, false) // no buffers: the FIRST is not kept
+	_, other := s.buf(8192, 0x40000, 0)
+	s.qp.Receive(0, req(t, bth.OpWriteOnly, 10, false, nil, reth(0x10000, s.wkey, 0)))
+	s.qp.Receive(0, req(t, bth.OpWriteFirst, 12, false, s.payload[:1024], reth(0x10000, s.wkey, 3000)))
+	s.qp.Receive(0, req(t, bth.OpWriteMiddle, 13, false, s.payload[1024:2048], nil))
+	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 1)
+	// 11 arrives; 12 was not kept: NAKed.
+	s.qp.Receive(0, req(t, bth.OpSendOnly, 11, false, nil, nil))
+	wantAck(t, s.out.take(), 12, bth.SyndromePSNSeqErr, 2)
+	s.qp.Receive(0, req(t, bth.OpWriteFirst, 12, false, s.payload[:1024], reth(0x40000, other, 3000)))
+	wantAck(t, s.out.take(), 13, bth.SyndromeInvalidReq, 2)
+	if s.qp.State() != StateErr {
+		t.Errorf("state %s", s.qp.State())
+	}
+}
+
+func TestGentleGoBack(t *testing.T) {
+	n := single(t, Caps{}, defaultConn())
+	_, key := n.buf(16*1024, 0x10000, 1)
+	n.post(t, writeWR(1, 8*1024, key))
+	n.qp.Pump(0)
+	n.out.take()
+	// The NAKed packet alone, twice, with the A bit; then nothing.
+	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
+	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(1)
+	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 3, true, 1024}, pkt{bth.OpWriteMiddle, 3, true, 1024})
+	if n.qp.Busy() {
+		t.Error("busy while the resent packet is unacknowledged")
+	}
+	// The responder kept 4-7: its ACK covers them.
+	n.qp.Receive(2, ackPkt(t, 7, bth.SyndromeACKNoCredits, 1))
+	wantWC(t, "write", n.sink.send, WC{ID: 1, Opcode: WCRDMAWrite})
+	n.qp.Pump(2)
+	if ps := n.out.take(); len(ps) != 0 {
+		t.Fatalf("sent %v after the ACK", describe(ps))
+	}
+	if c := n.qp.Counters(); c.RetransmittedPkts != 2 || c.CompleterRetryErr != 1 {
+		t.Errorf("counters %+v", *c)
+	}
+	// The next loss goes the same way.
+	n.post(t, writeWR(2, 8*1024, key))
+	n.qp.Pump(3)
+	n.out.take()
+	n.qp.Receive(4, ackPkt(t, 10, bth.SyndromePSNSeqErr, 1))
+	n.qp.Pump(4)
+	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 10, true, 1024}, pkt{bth.OpWriteMiddle, 10, true, 1024})
+}
+
+// A responder that dropped what followed the gap acknowledges the resent
+// packet alone: go-back-N goes on from there, and the next loss is
+// resent at once.
+func TestGentleGoBackLearnsDroppingResponder(t *testing.T) {
+	n := single(t, Caps{InfiniteRetry7: true}, defaultConn())
+	_, key := n.buf(16*1024, 0x10000, 1)
+	n.post(t, writeWR(1, 8*1024, key))
+	n.qp.Pump(0)
+	n.out.take()
+	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(1)
+	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 3, true, 1024}, pkt{bth.OpWriteMiddle, 3, true, 1024})
+	n.qp.Receive(2, ackPkt(t, 3, bth.SyndromeACKNoCredits, 0))
+	n.qp.Pump(2)
+	all, _ := psns(n.out.take())
+	wantPSNs(t, "go-back-N", all, 4, 5, 6, 7)
+	n.qp.Receive(3, ackPkt(t, 5, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(3)
+	all, _ = psns(n.out.take())
+	wantPSNs(t, "second go-back-N", all, 5, 6, 7)
+	// Every gentleRetest go-backs it tries again.
+	for i := 1; i < gentleRetest; i++ {
+		n.qp.Receive(Time(4+i), ackPkt(t, 5, bth.SyndromePSNSeqErr, 0))
+		n.qp.Pump(Time(4 + i))
+		if got := len(n.out.take()); got != 3 && i < gentleRetest-1 {
+			t.Fatalf("go-back %d sent %d packets", i, got)
+		}
+	}
+	if !n.qp.gentle {
+		t.Error("no gentle go-back after gentleRetest go-backs")
+	}
+}
+
+// A lost READ request is sent again once, gently: a responder executes
+// a duplicate READ again.
+func TestGentleGoBackRead(t *testing.T) {
+	n := single(t, Caps{}, defaultConn())
+	_, key := n.buf(4096, 0x10000, 1)
+	n.post(t, SendWR{ID: 1, Opcode: WRRead, SG: []SGE{{Addr: 0x10000, Length: 2048, LKey: key}}, RemoteAddr: 0x70000, RKey: 9})
+	n.post(t, writeWR(2, 1024, key))
+	n.qp.Pump(0)
+	n.out.take()
+	n.qp.Receive(1, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(1)
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 0, true, 0})
+}
