@@ -122,7 +122,7 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	}
 	if progress {
 		if q.gentle {
-			q.endGentle(kind == bth.KindAck && syn.Kind() == bth.AckKindACK)
+			q.endGentle()
 		}
 		q.onProgress(now)
 		// A retransmission under way need not resend what is now
@@ -160,26 +160,34 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		if q.retrying && retryFrom == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
 			return
 		}
+		plain := q.gentleNAK(retryFrom)
 		q.retry(retryFrom)
 		q.retryAt = now
-		if q.state == StateRTS || q.state == StateSQD {
+		if !plain && (q.state == StateRTS || q.state == StateSQD) {
 			q.startGentle()
 		}
 	}
 }
 
 // Gentle go-back. A responder that keeps the requests following a gap
-// (as this package's does with Env.Stash) needs only the missing one:
-// its ACK then covers the rest, and the requester goes on from there.
+// (as this package's does with Env.Stash) needs only the missing one.
 // So after a sequence NAK the requester resends the NAKed packet alone,
-// with the A bit, and waits for its acknowledgement; an ACK for that
-// packet alone, although later ones had been sent, shows a responder
-// that drops them, and go-back-N goes on as usual. Against such
-// responders the requester sends everything again at once, trying the
-// gentle way every gentleRetest go-backs in case it was only short of
-// buffers.
+// with the A bit, then its highest-PSN packet again with the A bit (the
+// probe), and waits. Such a responder executes what it kept once the
+// missing packet arrives and answers the probe, a duplicate now, with an
+// ACK that covers everything: nothing more is sent again. A responder
+// that drops what follows a gap (rdma_rxe does) acknowledges the resent
+// packet and NAKs the next PSN for the probe; the requester goes back to
+// that PSN, as go-back-N would have, one round trip later. After
+// gentleMisses such answers in a row the requester takes the responder
+// for one that drops, and sends everything again at once, trying the
+// gentle way every gentleRetest go-backs in case it was short of
+// buffers, or two losses in a row looked alike.
 
-const gentleRetest = 32
+const (
+	gentleRetest = 32
+	gentleMisses = 3
+)
 
 func (q *QP) startGentle() {
 	if q.peerKeeps < 0 {
@@ -188,41 +196,65 @@ func (q *QP) startGentle() {
 		}
 		q.gentleOff = 0
 	}
-	q.gentle, q.gentleSent = true, 0
+	q.gentle, q.gentleSent, q.gentleProbe = true, 0, false
 	if !q.gentleWants() {
 		q.gentle = false // nothing to resend at the NAKed PSN
 	}
 }
 
-// endGentle ends a gentle go-back on its first progress, learning from
-// it whether the responder keeps requests: a plain ACK that covers more
-// than the resent packet says it does, one for that packet alone while
-// later ones had been sent says it does not. (A NAK for the next PSN
-// says nothing: the packet after the resent one was lost too.)
-func (q *QP) endGentle(ack bool) {
-	q.gentle = false
-	switch {
-	case q.compPSN.Sub(q.retryPSN) > 1:
-		q.peerKeeps = 1
-	case ack && q.sentHigh.Sub(q.retryPSN) > 1:
-		q.peerKeeps = -1
+// endGentle ends a gentle go-back on progress, unless the progress is
+// the resent packet alone and the probe's answer is still to come. An
+// ACK beyond the resent packet shows a responder that keeps requests.
+func (q *QP) endGentle() {
+	switch d := q.compPSN.Sub(q.retryPSN); {
+	case d > 1:
+		q.peerKeeps, q.gentleMiss = 1, 0
+	case d == 1 && q.gentleProbe:
+		return
 	}
+	q.gentle = false
 }
 
-// sendGentle sends the NAKed packet of a gentle go-back, twice (one loss
-// of it would cost a loss probe's wait), then nothing more until it is
-// acknowledged. The transmit cursor stays on the packet: the ACK moves
-// it on. A READ or atomic request goes once (a responder executes a
-// duplicate READ again).
+// gentleNAK takes note of a sequence NAK for from during a gentle
+// go-back. A NAK of the PSN after the resent packet, for the probe, is
+// what a responder that drops requests past a gap answers (or one that
+// keeps them, when that PSN was lost too): it reports true when the
+// requester should then go back plainly, unless the responder is known
+// to keep requests.
+func (q *QP) gentleNAK(from bth.PSN) bool {
+	if !q.gentle || !q.gentleProbe || from != q.retryPSN.Next() {
+		return false
+	}
+	if q.gentleMiss++; q.gentleMiss >= gentleMisses {
+		q.peerKeeps, q.gentleMiss, q.gentleOff = -1, 0, 0
+	}
+	return q.peerKeeps <= 0
+}
+
+// sendGentle sends the packets of a gentle go-back: the NAKed packet,
+// then the probe. The transmit cursor stays on the NAKed packet: an ACK
+// moves it on. A READ or atomic request goes alone (its responses move
+// the requester on).
 func (q *QP) sendGentle(now Time) bool {
 	if !q.gentleWants() {
 		return false
 	}
-	w := q.sq.at(q.curIdx)
-	if sent, _ := q.emitPkt(now, w, q.curIdx, q.curPkt); !sent {
+	if q.gentleSent == 0 {
+		w := q.sq.at(q.curIdx)
+		if sent, _ := q.emitPkt(now, w, q.curIdx, q.curPkt); !sent {
+			return false
+		}
+		q.gentleSent = 1
+		return true
+	}
+	idx, k, _ := q.probeTarget()
+	q.forceAck = true
+	sent, _ := q.emitPkt(now, q.sq.at(idx), idx, k)
+	q.forceAck = false
+	if !sent {
 		return false
 	}
-	q.gentleSent++
+	q.gentleSent, q.gentleProbe = 2, true
 	return true
 }
 
@@ -232,11 +264,42 @@ func (q *QP) gentleWants() bool {
 		return false
 	}
 	w := q.sq.at(q.curIdx)
-	n := uint8(2)
-	if w.rdAtomic {
-		n = 1
+	if w.first.Add(int(q.curPkt)) != q.retryPSN {
+		return false
 	}
-	return q.gentleSent < n && w.first.Add(int(q.curPkt)) == q.retryPSN
+	switch q.gentleSent {
+	case 0:
+		return true
+	case 1:
+		if w.rdAtomic {
+			return false
+		}
+		_, _, ok := q.probeTarget()
+		return ok
+	}
+	return false
+}
+
+// probeTarget returns the WQE and packet of the highest PSN sent, unless
+// that is the NAKed packet or part of a READ or atomic (a responder
+// executes a duplicate READ again).
+func (q *QP) probeTarget() (uint64, uint32, bool) {
+	psn := q.sentHigh.Add(-1)
+	if psn == q.retryPSN {
+		return 0, 0, false
+	}
+	sq := &q.sq
+	for i := sq.head; i != sq.next; i++ {
+		w := sq.at(i)
+		if w.done || !psn.InWindow(w.first, int(w.npkts)) {
+			continue
+		}
+		if w.rdAtomic {
+			return 0, 0, false
+		}
+		return i, uint32(psn.Sub(w.first)), true
+	}
+	return 0, 0, false
 }
 
 // readResponse takes one READ response packet for WQE w.

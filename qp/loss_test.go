@@ -458,19 +458,20 @@ func TestRecoveryWithoutTimeout(t *testing.T) {
 		probes  uint64
 		resent  [2]uint64
 	}{
-		// B NAKs 3; A sends it again, twice, alone; B acknowledges it,
-		// or everything it kept.
+		// B NAKs 3; A sends it again, then 8 (the probe); B
+		// acknowledges 3 and NAKs 4, and A goes back to 4 (5 packets
+		// again), or B acknowledges everything it kept for the probe.
 		{"lost request", dropN(3, 1), false, 0, [2]uint64{2 + 5, 2}},
 		// The NAK is lost: A fills its window (to 10) and waits; its
 		// probe (10 again) draws the NAK again.
 		{"lost NAK", func() func(bool, *bth.Packet) bool {
 			return all(dropOnce(true, 3, nil), dropOnce(false, 3, isNAK))
 		}, false, 1, [2]uint64{1 + 2 + 7, 1 + 2}},
-		// One copy of the gentle retransmission is lost: the other does.
-		{"lost retransmission", dropN(3, 2), false, 0, [2]uint64{2 + 5, 2}},
-		// Both copies are lost too: the probe (8 again) draws another
-		// NAK.
-		{"lost retransmissions", dropN(3, 3), false, 1, [2]uint64{1 + 2 + 2 + 5, 1 + 2 + 2}},
+		// The gentle retransmission of 3 is lost: its probe, 8 again,
+		// draws a second NAK of 3, and the gentle go-back starts over.
+		{"lost retransmission", dropN(3, 2), false, 0, [2]uint64{2 + 2 + 5, 2 + 2}},
+		// Twice.
+		{"lost retransmissions", dropN(3, 3), false, 0, [2]uint64{2 + 2 + 2 + 5, 2 + 2 + 2}},
 		// Plain go-back-N (3-8 again, and 9-10), and its retransmission
 		// of 3 lost: the first request below the highest B saw draws a
 		// second NAK (3-10 again).

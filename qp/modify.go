@@ -256,6 +256,7 @@ func (q *QP) Modify(now Time, a *Attr, mask AttrMask) error {
 	if mask&AttrRQPSN != 0 {
 		at.RQPSN = a.RQPSN
 		q.ePSN = a.RQPSN
+		q.resp.ackCap = a.RQPSN.Add(-1)
 		q.resp.nakSent = false
 		q.stashClear()
 	}

@@ -32,36 +32,38 @@ type QP struct {
 	scratch []byte
 
 	// Send queue, requester and completer (requester.go, completer.go).
-	sq         sendQueue
-	nextPSN    bth.PSN // first PSN of the next request to start
-	compPSN    bth.PSN // oldest PSN not yet acknowledged
-	sentHigh   bth.PSN // one past the highest PSN ever transmitted
-	curIdx     uint64  // transmit cursor: WQE counter ...
-	curPkt     uint32  // ... and packet (PSN offset) within it
-	rdOut      int     // READ/atomic requests started and not done
-	retryLeft  uint8
-	rnrLeft    uint8
-	ackArmed   bool
-	ackDue     Time
-	rnrWait    bool
-	rnrUntil   Time
-	rnrPSN     bth.PSN
-	noAck      int     // packets sent since the last one with the A bit ...
-	noAckCost  int     // ... and their send window cost
-	retrying   bool    // a go-back-N retransmission is under way ...
-	retryPSN   bth.PSN // ... from this PSN, with no progress since ...
-	retryAt    Time    // ... begun at this time
-	win        int     // send window in bytes (see pktCost), 0: unbounded ...
-	winLeast   int     // ... at least ...
-	winMost    int     // ... and at most (adaptive when they differ)
-	winGrow    int     // acknowledged cost toward the next growth
-	ackedCost  uint64  // compCost when last acknowledged
-	nextCost   uint64  // send window cost of the requests started so far
-	forceAck   bool    // the next packet asks for an ACK (loss probe)
-	gentle     bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
-	gentleSent uint8   // ... this many times so far
-	peerKeeps  int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
-	gentleOff  int     // go-backs since the responder was last seen not to keep them
+	sq          sendQueue
+	nextPSN     bth.PSN // first PSN of the next request to start
+	compPSN     bth.PSN // oldest PSN not yet acknowledged
+	sentHigh    bth.PSN // one past the highest PSN ever transmitted
+	curIdx      uint64  // transmit cursor: WQE counter ...
+	curPkt      uint32  // ... and packet (PSN offset) within it
+	rdOut       int     // READ/atomic requests started and not done
+	retryLeft   uint8
+	rnrLeft     uint8
+	ackArmed    bool
+	ackDue      Time
+	rnrWait     bool
+	rnrUntil    Time
+	rnrPSN      bth.PSN
+	noAck       int     // packets sent since the last one with the A bit ...
+	noAckCost   int     // ... and their send window cost
+	retrying    bool    // a go-back-N retransmission is under way ...
+	retryPSN    bth.PSN // ... from this PSN, with no progress since ...
+	retryAt     Time    // ... begun at this time
+	win         int     // send window in bytes (see pktCost), 0: unbounded ...
+	winLeast    int     // ... at least ...
+	winMost     int     // ... and at most (adaptive when they differ)
+	winGrow     int     // acknowledged cost toward the next growth
+	ackedCost   uint64  // compCost when last acknowledged
+	nextCost    uint64  // send window cost of the requests started so far
+	forceAck    bool    // the next packet asks for an ACK (loss probe)
+	gentle      bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
+	gentleSent  uint8   // ... packets sent so far: 1 the NAKed one, 2 the probe too ...
+	gentleProbe bool    // ... a probe was sent
+	peerKeeps   int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
+	gentleMiss  int     // gentle go-backs in a row answered as by a responder that drops
+	gentleOff   int     // go-backs since the responder was last taken not to keep them
 
 	// Round-trip time estimate and the tail-loss probe (completer.go).
 	srtt, rttvar Time
@@ -179,7 +181,7 @@ func (q *QP) reset() {
 	q.win, q.winGrow = q.winLeast, 0
 	q.retryLeft, q.rnrLeft = 0, 0
 	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
-	q.gentle, q.peerKeeps, q.gentleOff = false, 0, 0
+	q.gentle, q.gentleProbe, q.peerKeeps, q.gentleOff, q.gentleMiss = false, false, 0, 0, 0
 	q.srtt, q.rttvar, q.minRTT, q.rttOn = 0, 0, 0, false
 	q.stopProbe()
 	q.ePSN = 0

@@ -77,6 +77,7 @@ type responder struct {
 	msn     uint32
 	nakSent bool    // a PSN sequence NAK (or RNR NAK) was sent for ePSN ...
 	oosHigh bth.PSN // ... and this is the PSN of the latest request after it
+	ackCap  bth.PSN // the highest PSN an ACK may name (see ackLimit)
 
 	rcur     curMsg
 	roff     uint32   // bytes of the current message so far
@@ -165,6 +166,9 @@ func (r *responder) dropAll() {
 // yet sent (coalescing): each acknowledges everything before its PSN.
 func (q *QP) pushAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	r := &q.resp
+	if syn.Kind() == bth.AckKindACK && r.ackCap.Less(psn) {
+		psn = r.ackCap // see ackLimit
+	}
 	if len(r.items) == 0 {
 		return
 	}
@@ -251,6 +255,9 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 	d := psn.Sub(q.ePSN)
 	switch {
 	case d < 0:
+		if r.ackCap.Less(psn) {
+			r.ackCap = psn
+		}
 		q.duplicate(p, psn)
 		return
 	case d > 0:
@@ -274,6 +281,7 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 		q.stashPut(p, psn, d)
 		return
 	}
+	r.ackCap = psn
 	e := q.execute(p, psn, true)
 	q.answer(p, psn, e)
 	if e == rOK && r.stashN > 0 {
@@ -314,14 +322,24 @@ func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
 // until the missing one arrives; with Env.Stash it keeps SEND and WRITE
 // requests up to stashSlots PSNs past ePSN instead, and executes them,
 // in PSN order, as soon as the missing request arrives: nothing is
-// executed out of order, and the requester, whose retransmission is
-// acknowledged up to the last request kept, need not send them again
-// (completer.go). When kept requests still follow a gap after that, the
-// new ePSN is NAKed at once. The payload of a WRITE_MIDDLE whose
-// WRITE_FIRST was seen goes straight to its place in the WRITE's target,
-// and only a note of it is kept: a WRITE's middle bytes may then land
-// before bytes that precede them, but its LAST packet, and so its last
-// bytes, still lands last.
+// executed out of order. The payload of a WRITE_MIDDLE whose WRITE_FIRST
+// was seen goes straight to its place in the WRITE's target, and only a
+// note of it is kept: a WRITE's middle bytes may then land before bytes
+// that precede them, but its LAST packet, and so its last bytes, still
+// lands last.
+//
+// The ACK limit. What was executed from the stash is not acknowledged
+// at once: an ACK names at most the highest PSN received in sequence or
+// as a duplicate (resp.ackCap), that is, a PSN the requester has sent
+// since it went back. A requester that is resending its requests from
+// the NAKed PSN may not expect an ACK for requests it has not resent
+// yet: rdma_rxe's completer then moves its acknowledged PSN past a WQE
+// without completing it, and if the resent last packet of that WQE is
+// lost, it never retries (the QP hangs). So a go-back-N requester sees
+// what a responder without a stash would show it, duplicates
+// acknowledged one by one; a requester that knows better (completer.go's
+// gentle go-back) sends the NAKed request and then its highest-PSN
+// request again, and the ACK of that duplicate covers everything kept.
 
 // stashPut keeps the request at psn, d PSNs past ePSN.
 func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
@@ -487,11 +505,10 @@ func (q *QP) replay() {
 	}
 	if r.stashN == 0 {
 		kp.ooValid = false
-		return
 	}
-	// Kept requests follow another gap: a packet past ePSN was seen.
-	q.seqNAK()
-	r.oosHigh = kp.high
+	// Kept requests may follow another gap: the next request past
+	// ePSN draws a NAK for it, as after any gap.
+	r.nakSent = false
 }
 
 // respFatal NAKs the request at psn and moves the QP to ERR (IBTA

@@ -110,11 +110,20 @@ func TestResponderKeepsRequestsPastGap(t *testing.T) {
 	if s.st.out != 3 {
 		t.Fatalf("%d buffers out after a copy", s.st.out)
 	}
-	// 11 arrives: everything runs, in order, under one ACK.
+	// 11 arrives: everything runs, in order, but the ACK names 11
+	// only: the requester has not sent the rest again.
 	s.deliver(t, 11)
-	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 3)
 	s.checkAll(t)
-	if c := s.qp.Counters(); c.OutOfSequence != 5 || c.PacketSeqErr != 2 || c.DuplicateRequest != 0 {
+	// A go-back-N requester sends them again: each duplicate is
+	// acknowledged as far as it goes.
+	s.deliver(t, 12)
+	wantAck(t, s.out.take(), 12, bth.SyndromeACKNoCredits, 3)
+	// A gentle requester probes with its last packet: the ACK covers
+	// everything.
+	s.deliver(t, 15)
+	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	if c := s.qp.Counters(); c.OutOfSequence != 5 || c.PacketSeqErr != 2 || c.DuplicateRequest != 2 {
 		t.Errorf("counters %+v", *c)
 	}
 	// The next requests go on in order.
@@ -122,15 +131,19 @@ func TestResponderKeepsRequestsPastGap(t *testing.T) {
 	wantAck(t, s.out.take(), 16, bth.SyndromeACKNoCredits, 4)
 }
 
-func TestResponderNAKsNextGapAfterReplay(t *testing.T) {
+func TestResponderNAKsNextGapOnNextRequest(t *testing.T) {
 	s := newStashNode(t, 8, false)
 	s.deliver(t, 10, 12, 14, 15)
 	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 0)
-	// 11 fills the first gap; 13 is missing too: it is NAKed at once
-	// (the NAK acknowledges 12).
+	// 11 fills the first gap and 12 runs; 13 is missing too. The next
+	// request past it (the probe) draws its NAK.
 	s.deliver(t, 11)
+	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 0)
+	s.deliver(t, 15)
 	wantAck(t, s.out.take(), 13, bth.SyndromePSNSeqErr, 0)
 	s.deliver(t, 13)
+	wantAck(t, s.out.take(), 13, bth.SyndromeACKNoCredits, 3)
+	s.deliver(t, 15)
 	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
 	s.checkAll(t)
 }
@@ -145,7 +158,7 @@ func TestResponderStashFull(t *testing.T) {
 		t.Fatalf("%d buffers out", s.st.out)
 	}
 	s.deliver(t, 11)
-	wantAck(t, s.out.take(), 13, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 1)
 	s.deliver(t, 14, 15)
 	if ps := s.out.take(); len(ps) != 2 {
 		t.Fatalf("answers %v", describe(ps))
@@ -204,9 +217,9 @@ func TestResponderPlacedMiddleChecked(t *testing.T) {
 	s.qp.Receive(0, req(t, bth.OpWriteFirst, 12, false, s.payload[:1024], reth(0x10000, s.wkey, 3000)))
 	s.qp.Receive(0, req(t, bth.OpWriteMiddle, 13, false, s.payload[1024:2048], nil))
 	wantAck(t, s.out.take(), 11, bth.SyndromePSNSeqErr, 1)
-	// 11 arrives; 12 was not kept: NAKed.
+	// 11 arrives; 12 was not kept, and the requester goes back to it.
 	s.qp.Receive(0, req(t, bth.OpSendOnly, 11, false, nil, nil))
-	wantAck(t, s.out.take(), 12, bth.SyndromePSNSeqErr, 2)
+	s.wantNothing(t)
 	s.qp.Receive(0, req(t, bth.OpWriteFirst, 12, false, s.payload[:1024], reth(0x40000, other, 3000)))
 	wantAck(t, s.out.take(), 13, bth.SyndromeInvalidReq, 2)
 	if s.qp.State() != StateErr {
@@ -220,18 +233,25 @@ func TestGentleGoBack(t *testing.T) {
 	n.post(t, writeWR(1, 8*1024, key))
 	n.qp.Pump(0)
 	n.out.take()
-	// The NAKed packet alone, twice, with the A bit; then nothing.
+	// The NAKed packet, then the last one (the probe), both with the A
+	// bit; then nothing. A copy of the NAK changes nothing.
 	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
 	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
 	n.qp.Pump(1)
-	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 3, true, 1024}, pkt{bth.OpWriteMiddle, 3, true, 1024})
+	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 3, true, 1024}, pkt{bth.OpWriteLast, 7, true, 1024})
 	if n.qp.Busy() {
-		t.Error("busy while the resent packet is unacknowledged")
+		t.Error("busy while the resent packets are unacknowledged")
 	}
-	// The responder kept 4-7: its ACK covers them.
-	n.qp.Receive(2, ackPkt(t, 7, bth.SyndromeACKNoCredits, 1))
-	wantWC(t, "write", n.sink.send, WC{ID: 1, Opcode: WCRDMAWrite})
+	// The ACK of the resent packet alone: the probe's answer is awaited.
+	n.qp.Receive(2, ackPkt(t, 3, bth.SyndromeACKNoCredits, 0))
 	n.qp.Pump(2)
+	if ps := n.out.take(); len(ps) != 0 || n.qp.Busy() {
+		t.Fatalf("sent %v after the ACK of the resent packet", describe(ps))
+	}
+	// The responder kept 4-7: the probe's ACK covers them.
+	n.qp.Receive(3, ackPkt(t, 7, bth.SyndromeACKNoCredits, 1))
+	wantWC(t, "write", n.sink.send, WC{ID: 1, Opcode: WCRDMAWrite})
+	n.qp.Pump(3)
 	if ps := n.out.take(); len(ps) != 0 {
 		t.Fatalf("sent %v after the ACK", describe(ps))
 	}
@@ -240,38 +260,49 @@ func TestGentleGoBack(t *testing.T) {
 	}
 	// The next loss goes the same way.
 	n.post(t, writeWR(2, 8*1024, key))
-	n.qp.Pump(3)
-	n.out.take()
-	n.qp.Receive(4, ackPkt(t, 10, bth.SyndromePSNSeqErr, 1))
 	n.qp.Pump(4)
-	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 10, true, 1024}, pkt{bth.OpWriteMiddle, 10, true, 1024})
+	n.out.take()
+	n.qp.Receive(5, ackPkt(t, 10, bth.SyndromePSNSeqErr, 1))
+	n.qp.Pump(5)
+	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 10, true, 1024}, pkt{bth.OpWriteLast, 15, true, 1024})
 }
 
-// A responder that dropped what followed the gap acknowledges the resent
-// packet alone: go-back-N goes on from there, and the next loss is
-// resent at once.
+// A responder that drops what follows a gap acknowledges the resent
+// packet and NAKs the next for the probe: go-back-N goes on from there.
+// After gentleMisses such answers the requester goes back plainly at
+// once, and tries the gentle way again every gentleRetest go-backs.
 func TestGentleGoBackLearnsDroppingResponder(t *testing.T) {
 	n := single(t, Caps{InfiniteRetry7: true}, defaultConn())
-	_, key := n.buf(16*1024, 0x10000, 1)
-	n.post(t, writeWR(1, 8*1024, key))
+	_, key := n.buf(48*1024, 0x10000, 1)
+	n.post(t, writeWR(1, 48*1024, key)) // PSNs 0-47: the first window
 	n.qp.Pump(0)
 	n.out.take()
-	n.qp.Receive(1, ackPkt(t, 3, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(1)
-	wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, 3, true, 1024}, pkt{bth.OpWriteMiddle, 3, true, 1024})
-	n.qp.Receive(2, ackPkt(t, 3, bth.SyndromeACKNoCredits, 0))
-	n.qp.Pump(2)
-	all, _ := psns(n.out.take())
-	wantPSNs(t, "go-back-N", all, 4, 5, 6, 7)
-	n.qp.Receive(3, ackPkt(t, 5, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(3)
-	all, _ = psns(n.out.take())
-	wantPSNs(t, "second go-back-N", all, 5, 6, 7)
+	now := Time(1)
+	at := func() Time { now++; return now }
+	for miss := 0; miss < gentleMisses; miss++ {
+		lost := bth.PSN(3 + 10*miss)
+		n.qp.Receive(at(), ackPkt(t, lost, bth.SyndromePSNSeqErr, 0))
+		n.qp.Pump(now)
+		wantPkts(t, n.out.take(), pkt{bth.OpWriteMiddle, lost, true, 1024}, pkt{bth.OpWriteLast, 47, true, 1024})
+		n.qp.Receive(at(), ackPkt(t, lost, bth.SyndromeACKNoCredits, 0))
+		n.qp.Receive(at(), ackPkt(t, lost+1, bth.SyndromePSNSeqErr, 0))
+		n.qp.Pump(now)
+		all, _ := psns(n.out.take())
+		if len(all) != int(47-lost) || all[0] != lost+1 {
+			t.Fatalf("miss %d: go-back-N sent %v", miss, all)
+		}
+	}
+	// Known to drop: the next loss is resent plainly at once.
+	n.qp.Receive(at(), ackPkt(t, 40, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(now)
+	if all, _ := psns(n.out.take()); len(all) != 8 || all[0] != 40 {
+		t.Fatalf("plain go-back-N sent %v", all)
+	}
 	// Every gentleRetest go-backs it tries again.
 	for i := 1; i < gentleRetest; i++ {
-		n.qp.Receive(Time(4+i), ackPkt(t, 5, bth.SyndromePSNSeqErr, 0))
-		n.qp.Pump(Time(4 + i))
-		if got := len(n.out.take()); got != 3 && i < gentleRetest-1 {
+		n.qp.Receive(at(), ackPkt(t, 41, bth.SyndromePSNSeqErr, 0))
+		n.qp.Pump(now)
+		if got := len(n.out.take()); got != 7 && i < gentleRetest-1 {
 			t.Fatalf("go-back %d sent %d packets", i, got)
 		}
 	}
