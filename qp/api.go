@@ -69,8 +69,8 @@
 //     expected PSN is still missing. Requests of increasing PSN after a
 //     NAK draw no further NAKs, so the requester takes every other NAK
 //     as a new loss.
-//   - When nothing has been acknowledged for a few smoothed round-trip
-//     times, the requester sends its highest-PSN packet again with the
+//   - When nothing has been acknowledged for a little more than a
+//     smoothed round trip, the requester sends its highest-PSN packet again with the
 //     A bit (a loss probe). The answer (an ACK for a duplicate, a NAK
 //     for a gap, or the execution of a lost last packet) shows what the
 //     responder lacks when nothing else would: after the last packets
@@ -79,16 +79,22 @@
 //     the time without progress.
 //   - With Env.Stash, the responder keeps the SEND and WRITE requests
 //     that follow a gap instead of dropping them (the payload of a
-//     WRITE_MIDDLE goes straight to its place), executes them in PSN
-//     order when the missing request arrives, and acknowledges them all
-//     at once; if another gap follows, it NAKs that at once.
-//   - After a NAK, the requester first sends the NAKed packet alone
-//     (twice, with the A bit) and waits for its ACK: from a responder
-//     that kept the rest, the ACK covers it, and nothing more is sent
-//     again. An ACK for that packet alone, though later ones had been
-//     sent, shows a responder that drops them (rdma_rxe does): go-back-N
-//     goes on from there, and later losses are resent at once, the
-//     gentle way being tried again every 32 go-backs.
+//     WRITE_MIDDLE goes straight to its place) and executes them in PSN
+//     order when the missing request arrives. Its ACKs still name no
+//     PSN above the highest the requester has sent since it went back
+//     (see the ACK limit in responder.go): a go-back-N requester such
+//     as rdma_rxe's sees duplicates acknowledged one by one, as from a
+//     responder without a stash.
+//   - After a NAK, the requester sends the NAKed packet again, then its
+//     highest-PSN packet (a probe), both with the A bit, and waits. A
+//     responder that kept the rest answers the probe, a duplicate for
+//     it, with an ACK that covers everything: nothing more is sent
+//     again. A responder that drops requests past a gap acknowledges
+//     the NAKed packet and NAKs the next PSN for the probe: go-back-N
+//     goes on from there. After three such answers in a row the
+//     requester goes back plainly at once, trying the gentle way again
+//     every 32 go-backs. Toward a responder seen to keep requests, new
+//     ones go on while the answer is awaited, within the send window.
 //
 // # Files
 //

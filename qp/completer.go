@@ -245,6 +245,9 @@ func (q *QP) sendGentle(now Time) bool {
 			return false
 		}
 		q.gentleSent = 1
+		if _, _, ok := q.probeTarget(); !ok || w.rdAtomic {
+			q.gentleOn()
+		}
 		return true
 	}
 	idx, k, _ := q.probeTarget()
@@ -255,7 +258,18 @@ func (q *QP) sendGentle(now Time) bool {
 		return false
 	}
 	q.gentleSent, q.gentleProbe = 2, true
+	q.gentleOn()
 	return true
+}
+
+// gentleOn lets new requests go on after the packets of a gentle
+// go-back when the responder is known to keep requests past a gap: they
+// are not lost behind it (and the send window does not shrink for the
+// loss either), so the cursor moves to the first PSN never sent.
+func (q *QP) gentleOn() {
+	if q.peerKeeps > 0 {
+		q.seek(q.sentHigh)
+	}
 }
 
 // gentleWants reports whether a gentle go-back has a packet to send.
@@ -515,12 +529,14 @@ func (q *QP) rttSample(d Time) {
 
 // probeTimeout returns the probe timeout, or false when there is no
 // round-trip estimate yet or the probe would not come before the ACK
-// timeout.
+// timeout. It is short (the smoothed round trip plus twice its
+// deviation, at least a quarter more): a needless probe costs one
+// duplicate packet, a late one the link's time.
 func (q *QP) probeTimeout() (Time, bool) {
 	if q.srtt == 0 || q.attr.Timeout == 0 {
 		return 0, false
 	}
-	d := max(2*q.srtt, q.srtt+4*q.rttvar, minProbe) << q.probeShift
+	d := max(q.srtt*5/4, q.srtt+2*q.rttvar, minProbe) << q.probeShift
 	return d, d < ackTimeoutDur(q.attr.Timeout)
 }
 

@@ -168,7 +168,7 @@ func TestLossProbe(t *testing.T) {
 		t.Fatalf("deadline %v without an RTT estimate, want the ACK timeout", d)
 	}
 	n.qp.Receive(20*time.Microsecond, ackPkt(t, 0, bth.SyndromeACKNoCredits, 1))
-	// srtt 20 µs, rttvar 10 µs: the probe timeout is 20 + 4×10 = 60 µs.
+	// srtt 20 µs, rttvar 10 µs: the probe timeout is 20 + 2×10 = 40 µs.
 	now := Time(100 * time.Microsecond)
 	for id := uint64(2); id <= 4; id++ {
 		n.post(t, SendWR{ID: id, Opcode: WRSend, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: 2000, LKey: key}}})
@@ -177,8 +177,8 @@ func TestLossProbe(t *testing.T) {
 	all, _ := psns(n.out.take())
 	wantPSNs(t, "sends", all, 1, 2, 3, 4, 5, 6)
 	d, ok := n.qp.Deadline()
-	if !ok || d != now+60*time.Microsecond {
-		t.Fatalf("probe deadline %v, want %v", d, now+60*time.Microsecond)
+	if !ok || d != now+40*time.Microsecond {
+		t.Fatalf("probe deadline %v, want %v", d, now+40*time.Microsecond)
 	}
 	n.qp.Tick(d - 1)
 	n.qp.Pump(d - 1)
@@ -199,8 +199,8 @@ func TestLossProbe(t *testing.T) {
 	}
 	// Nothing answers: the next probe waits twice as long.
 	d2, _ := n.qp.Deadline()
-	if d2 != d+120*time.Microsecond {
-		t.Fatalf("second probe at %v, want %v", d2-d, 120*time.Microsecond)
+	if d2 != d+80*time.Microsecond {
+		t.Fatalf("second probe at %v, want %v", d2-d, 80*time.Microsecond)
 	}
 	n.qp.Tick(d2)
 	n.qp.Pump(d2)
@@ -214,8 +214,8 @@ func TestLossProbe(t *testing.T) {
 	// Progress resets the backoff: the probe is one timeout away again
 	// (srtt has not moved: the go-back stopped the timing).
 	n.qp.Receive(d2+2, ackPkt(t, 4, bth.SyndromeACKNoCredits, 3))
-	if d3, _ := n.qp.Deadline(); d3 != d2+2+60*time.Microsecond {
-		t.Fatalf("probe after progress at +%v, want 60µs", d3-d2-2)
+	if d3, _ := n.qp.Deadline(); d3 != d2+2+40*time.Microsecond {
+		t.Fatalf("probe after progress at +%v, want 40µs", d3-d2-2)
 	}
 	n.qp.Receive(d2+3, ackPkt(t, 6, bth.SyndromeACKNoCredits, 4))
 	wantWC(t, "sends", n.sink.send, WC{ID: 2}, WC{ID: 3}, WC{ID: 4})

@@ -431,7 +431,12 @@ func (q *QP) Busy() bool {
 		return true
 	}
 	if q.gentle {
-		return q.gentleWants()
+		if q.gentleWants() {
+			return true
+		}
+		if q.peerKeeps <= 0 {
+			return false
+		}
 	}
 	if q.curIdx != q.sq.next {
 		return !q.windowFull()

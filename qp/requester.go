@@ -280,7 +280,14 @@ func (q *QP) failWQE(w *sendWQE, st WCStatus) {
 func (q *QP) sendOne(now Time) bool {
 	sq := &q.sq
 	if q.gentle {
-		return q.sendGentle(now)
+		if q.gentleWants() {
+			return q.sendGentle(now)
+		}
+		if q.peerKeeps <= 0 {
+			return false
+		}
+		// A responder known to keep requests: new ones go on (the
+		// cursor moved past the resent packets, sendGentle).
 	}
 	if q.curIdx == sq.next {
 		if q.state != StateRTS || sq.next == sq.tail {
