@@ -340,6 +340,9 @@ func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
 // acknowledged one by one; a requester that knows better (completer.go's
 // gentle go-back) sends the NAKed request and then its highest-PSN
 // request again, and the ACK of that duplicate covers everything kept.
+// For the same reason a duplicate is acknowledged up to its own PSN, not
+// up to the last request executed: a requester that went back after its
+// ACK timeout (the ACKs were lost) is resending too.
 
 // stashPut keeps the request at psn, d PSNs past ePSN.
 func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
@@ -789,7 +792,7 @@ func (q *QP) execAtomic(p *bth.Packet, psn bth.PSN) rerr {
 }
 
 // duplicate answers a request whose PSN is before ePSN: SEND and WRITE
-// are acknowledged again with the current MSN, a READ is executed again
+// are acknowledged again, up to their own PSN, with the current MSN, a READ is executed again
 // from its saved resource, an atomic is answered from its saved result.
 func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 	r := &q.resp
@@ -831,7 +834,9 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 			q.ctr.DroppedPkts++
 		}
 	default:
-		q.pushAck(q.ePSN.Add(-1), bth.SyndromeACKNoCredits, r.msn)
+		// Its own PSN, not the last executed (ePSN-1): see the ACK
+		// limit.
+		q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
 	}
 }
 
