@@ -115,6 +115,7 @@ func (s *Socket) Receive(frames [][]byte) int {
 		}
 		return 0
 	}
+	raceSync()
 	var i uint32
 	k := 0
 	for i < avail && k < len(frames) {
@@ -223,6 +224,7 @@ func (s *Socket) Transmit(frames [][]byte) int {
 	if s.closed || len(frames) == 0 {
 		return 0
 	}
+	raceSync()
 	s.reap()
 	var descs uint32
 	room := s.tx.free(uint32(len(frames)))
