@@ -143,14 +143,14 @@ func TestReportsAndDone(t *testing.T) {
 	// without one, by end of stream or by a reset, ends the exchange too.
 	for _, reset := range []bool{false, true} {
 		cc, sc = oobtest.Pair(t)
-		go func() {
+		go func(sc net.Conn) {
 			buf := make([]byte, 5)
 			io.ReadFull(sc, buf)
 			if reset {
 				sc.(*net.TCPConn).SetLinger(0)
 			}
 			sc.Close()
-		}()
+		}(sc)
 		if err := NewConn(cc, Client).Done(ctx); err != nil {
 			t.Errorf("peer left (reset %v): Done: %v", reset, err)
 		}
