@@ -324,3 +324,54 @@ func TestGentleGoBackRead(t *testing.T) {
 	n.qp.Pump(1)
 	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 0, true, 0})
 }
+
+// FuzzStashOrder delivers the stash node's six requests (PSNs 10-15) in
+// an arbitrary order, with losses and duplicates, then once more in
+// order as a go-back-N requester would. Whatever the order: no ACK names
+// a PSN that was not received in sequence or as a duplicate (the ACK
+// limit), nothing is NAKed but sequence errors, every request takes
+// effect exactly once with the right bytes, and every stash buffer comes
+// back.
+func FuzzStashOrder(f *testing.F) {
+	f.Add(uint8(8), []byte{0, 2, 3, 4, 5, 1})
+	f.Add(uint8(1), []byte{0, 2, 4, 5, 1, 3, 5})
+	f.Add(uint8(8), []byte{5, 4, 3, 2, 1, 0, 0, 1})
+	f.Add(uint8(0), []byte{1, 1, 2})
+	f.Fuzz(func(t *testing.T, max uint8, order []byte) {
+		if len(order) > 64 {
+			order = order[:64]
+		}
+		s := newStashNode(t, int(max%10), false)
+		eligible := bth.PSN(9) // the highest PSN received in sequence or as a duplicate
+		deliver := func(psn bth.PSN) {
+			if psn.LessEq(s.qp.ePSN) && eligible.Less(psn) {
+				eligible = psn
+			}
+			s.deliver(t, psn)
+			for _, p := range s.out.take() {
+				if p.Opcode() != bth.OpAck {
+					t.Fatalf("after %d: sent %v", psn, describe([]*bth.Packet{p}))
+				}
+				syn := p.AETH().Syndrome()
+				switch {
+				case syn.Kind() == bth.AckKindACK:
+					if got := p.BTH().PSN(); eligible.Less(got) {
+						t.Fatalf("after %d: ACK %d, but only %d was received in sequence", psn, got, eligible)
+					}
+				case syn != bth.SyndromePSNSeqErr:
+					t.Fatalf("after %d: syndrome %#x", psn, uint8(syn))
+				}
+			}
+			if s.qp.State() == StateErr {
+				t.Fatalf("after %d: state %s", psn, s.qp.State())
+			}
+		}
+		for _, b := range order {
+			deliver(bth.PSN(10 + b%6))
+		}
+		for psn := bth.PSN(10); psn <= 15; psn++ {
+			deliver(psn)
+		}
+		s.checkAll(t)
+	})
+}
