@@ -267,11 +267,9 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 		// one: the requester went back (or probes) and still ePSN did
 		// not arrive, so the retransmission was lost too, or the NAK
 		// was. It is NAKed again; requests that keep increasing after a
-		// NAK are the same loss, and get no more NAKs. Each NAK goes out
-		// twice, back to back: the requester's go-back waits for it,
-		// and the copy costs one small frame where its loss would cost
-		// a loss probe's wait. The requester takes the copy for what it
-		// is.
+		// NAK are the same loss, and get no more NAKs. One NAK per
+		// loss, as the IBTA and rdma_rxe have it: a lost NAK is
+		// recovered by the requester's loss probe, which draws it again.
 		q.ctr.OutOfSequence++
 		again := r.nakSent && psn.Sub(r.oosHigh) <= 0
 		if !r.nakSent || again {
