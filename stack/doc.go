@@ -57,8 +57,10 @@
 //
 // Each engine lends its RC QPs up to 256 frame buffers (allocated when
 // first needed) to keep the requests that arrive after a lost one
-// (qp.Env.Stash): after a loss the requester then resends the lost
-// packet only, not everything that followed it (see package qp).
+// (qp.Env.Stash): after a loss a uroce requester then resends the lost
+// packet and a probe only, not everything that followed it, while a
+// go-back-N requester (rdma_rxe) sees ACKs no further than what it has
+// resent (see package qp).
 //
 // # Multiple queues
 //
