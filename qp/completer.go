@@ -251,10 +251,7 @@ func (q *QP) sendGentle(now Time) bool {
 		return true
 	}
 	idx, k, _ := q.probeTarget()
-	q.forceAck = true
-	sent, _ := q.emitPkt(now, q.sq.at(idx), idx, k)
-	q.forceAck = false
-	if !sent {
+	if !q.emitAcked(now, idx, k) {
 		return false
 	}
 	q.gentleSent, q.gentleProbe = 2, true
@@ -294,14 +291,20 @@ func (q *QP) gentleWants() bool {
 	return false
 }
 
-// probeTarget returns the WQE and packet of the highest PSN sent, unless
-// that is the NAKed packet or part of a READ or atomic (a responder
-// executes a duplicate READ again).
+// probeTarget returns the gentle go-back's probe: the last packet sent
+// (lastSent), unless that is the NAKed packet.
 func (q *QP) probeTarget() (uint64, uint32, bool) {
-	psn := q.sentHigh.Add(-1)
-	if psn == q.retryPSN {
+	if q.sentHigh.Add(-1) == q.retryPSN {
 		return 0, 0, false
 	}
+	return q.lastSent()
+}
+
+// lastSent returns the WQE and packet of the highest PSN sent, unless it
+// is acknowledged or part of a READ or atomic (a responder executes a
+// duplicate READ again): what probes send again.
+func (q *QP) lastSent() (uint64, uint32, bool) {
+	psn := q.sentHigh.Add(-1)
 	sq := &q.sq
 	for i := sq.head; i != sq.next; i++ {
 		w := sq.at(i)
@@ -314,6 +317,14 @@ func (q *QP) probeTarget() (uint64, uint32, bool) {
 		return i, uint32(psn.Sub(w.first)), true
 	}
 	return 0, 0, false
+}
+
+// emitAcked sends packet k of WQE idx again with the A bit.
+func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
+	q.forceAck = true
+	sent, _ := q.emitPkt(now, q.sq.at(idx), idx, k)
+	q.forceAck = false
+	return sent
 }
 
 // readResponse takes one READ response packet for WQE w.
@@ -558,20 +569,8 @@ func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
 // execute a READ again); the ACK timeout covers those.
 func (q *QP) sendProbe(now Time) bool {
 	q.probeWant = false
-	psn := q.sentHigh.Add(-1)
-	sq := &q.sq
-	for i := sq.head; i != sq.next; i++ {
-		w := sq.at(i)
-		if w.done || !psn.InWindow(w.first, int(w.npkts)) {
-			continue
-		}
-		if w.rdAtomic {
-			break
-		}
-		q.forceAck = true
-		sent, _ := q.emitPkt(now, w, i, uint32(psn.Sub(w.first)))
-		q.forceAck = false
-		if !sent {
+	if idx, k, ok := q.lastSent(); ok {
+		if !q.emitAcked(now, idx, k) {
 			if q.state == StateRTS || q.state == StateSQD {
 				q.probeWant = true
 			}
@@ -579,7 +578,6 @@ func (q *QP) sendProbe(now Time) bool {
 		}
 		q.ctr.LossProbes++
 		q.rttOn = false
-		break
 	}
 	if q.probeShift < maxProbeShift {
 		q.probeShift++
