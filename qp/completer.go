@@ -319,6 +319,25 @@ func (q *QP) lastSent() (uint64, uint32, bool) {
 	return 0, 0, false
 }
 
+// readStalled reports whether the highest PSN sent belongs to a READ and
+// no atomic is unacknowledged: a probe then requests again.
+func (q *QP) readStalled() bool {
+	psn := q.sentHigh.Add(-1)
+	last := false
+	sq := &q.sq
+	for i := sq.head; i != sq.next; i++ {
+		w := sq.at(i)
+		if w.done {
+			continue
+		}
+		if w.rdAtomic && w.wr.Opcode != WRRead {
+			return false
+		}
+		last = w.wr.Opcode == WRRead && psn.InWindow(w.first, int(w.npkts))
+	}
+	return last
+}
+
 // emitAcked sends packet k of WQE idx again with the A bit.
 func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
 	q.forceAck = true
@@ -564,12 +583,19 @@ func (q *QP) armProbe(now Time) {
 func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
 
 // sendProbe sends the loss probe: the highest-PSN packet sent, again,
-// with the A bit. It reports false when the Output is full. The last
-// packet of a READ or atomic is not resent early (the responder would
-// execute a READ again); the ACK timeout covers those.
+// with the A bit. It reports false when the Output is full. When that
+// packet is a READ request, its responses stopped coming (the last ones
+// were lost, or the request): the requester goes back to the oldest
+// unacknowledged PSN, as the ACK timeout would but without charging a
+// retry, and so requests the rest of a READ again, which a responder
+// answers from the data (IBTA duplicate READ). Atomics wait for the ACK
+// timeout.
 func (q *QP) sendProbe(now Time) bool {
 	q.probeWant = false
-	if idx, k, ok := q.lastSent(); ok {
+	if q.readStalled() {
+		q.goBack(q.compPSN)
+		q.ctr.LossProbes++
+	} else if idx, k, ok := q.lastSent(); ok {
 		if !q.emitAcked(now, idx, k) {
 			if q.state == StateRTS || q.state == StateSQD {
 				q.probeWant = true

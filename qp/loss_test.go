@@ -224,26 +224,58 @@ func TestLossProbe(t *testing.T) {
 	}
 }
 
-// The last request of a READ or atomic is not probed (a duplicate READ
-// is executed again); the probe timer backs off all the same.
-func TestLossProbeSkipsRead(t *testing.T) {
+// A READ whose responses stop (its last ones lost, or the request) is
+// requested again, for what is missing, when the probe timer fires: no
+// retry is charged. An atomic is not probed (the ACK timeout covers it);
+// the probe timer backs off all the same.
+func TestLossProbeRead(t *testing.T) {
 	n := single(t, Caps{}, defaultConn())
 	_, key := n.buf(4096, 0x10000, 1)
 	rttOnce(t, n, key, 0, 20*time.Microsecond)
-	n.post(t, SendWR{ID: 1, Opcode: WRRead, SG: []SGE{{Addr: 0x10000, Length: 4096, LKey: key}}, RemoteAddr: 0x70000, RKey: 9})
+	n.post(t, SendWR{ID: 1, Opcode: WRRead, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: 4000, LKey: key}}, RemoteAddr: 0x70000, RKey: 9})
 	now := Time(time.Millisecond)
 	n.qp.Pump(now)
 	n.out.take()
-	d, ok := n.qp.Deadline()
-	if !ok || d >= now+ackTimeoutDur(14) {
-		t.Fatalf("no probe timer: %v", d)
+	probe := func() []*bth.Packet {
+		t.Helper()
+		d, ok := n.qp.Deadline()
+		if !ok || d >= now+ackTimeoutDur(14) {
+			t.Fatalf("no probe timer: %v", d)
+		}
+		now = d
+		n.qp.Tick(now)
+		n.qp.Pump(now)
+		return n.out.take()
 	}
-	n.qp.Tick(d)
-	n.qp.Pump(d)
-	if ps := n.out.take(); len(ps) != 0 {
-		t.Fatalf("probed a READ: %v", describe(ps))
+	// Nothing came back: the whole READ again.
+	ps := probe()
+	wantPkts(t, ps, pkt{bth.OpReadRequest, 1, true, 0})
+	// Three responses come, the last is lost: the rest is requested.
+	remote := make([]byte, 4000)
+	pattern(remote, 9)
+	n.qp.Receive(now, craft(t, hdr(bth.OpReadRespFirst, 1), remote[:1024]))
+	n.qp.Receive(now, craft(t, hdr(bth.OpReadRespMiddle, 2), remote[1024:2048]))
+	n.qp.Receive(now, craft(t, hdr(bth.OpReadRespMiddle, 3), remote[2048:3072]))
+	ps = probe()
+	wantPkts(t, ps, pkt{bth.OpReadRequest, 4, true, 0})
+	if r := ps[0].RETH(); r.VA() != 0x70000+3072 || r.DMALen() != 4000-3072 {
+		t.Errorf("re-request RETH va %#x len %d", r.VA(), r.DMALen())
 	}
-	if d2, _ := n.qp.Deadline(); d2 <= d {
+	n.qp.Receive(now, craft(t, hdr(bth.OpReadRespLast, 4), remote[3072:]))
+	wantWC(t, "read", n.sink.send, WC{ID: 1, Opcode: WCRDMARead, ByteLen: 4000})
+	if c := n.qp.Counters(); c.LossProbes != 2 || c.CompleterRetryErr != 0 || c.LocalAckTimeoutErr != 0 {
+		t.Errorf("counters %+v", *c)
+	}
+
+	// An atomic is not probed.
+	n.post(t, SendWR{ID: 2, Opcode: WRFetchAdd, SG: []SGE{{Addr: 0x10000, Length: 8, LKey: key}}, RemoteAddr: 0x70000, RKey: 9, CompareAdd: 1})
+	n.qp.Pump(now)
+	n.out.take()
+	d := now
+	if ps := probe(); len(ps) != 0 {
+		t.Fatalf("probed an atomic: %v", describe(ps))
+	}
+	if d2, _ := n.qp.Deadline(); d2 <= now || now <= d {
 		t.Errorf("probe timer not re-armed: %v", d2)
 	}
 }
