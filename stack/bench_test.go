@@ -224,6 +224,15 @@ func BenchmarkRCRead64K(b *testing.B) {
 	c.run(b, OpRead, 64<<10, 4, 4)
 }
 
+// BenchmarkRCRead64KDrop5 is BenchmarkRCRead64K with 5 % of the frames of
+// both directions lost: a READ that lost responses is asked for again,
+// the others' responses are kept.
+func BenchmarkRCRead64KDrop5(b *testing.B) {
+	c := newBenchConn(b, &FaultConfig{Seed: 1, Drop: 0.05}, false, 14)
+	b.ReportAllocs()
+	c.run(b, OpRead, 64<<10, 4, 4)
+}
+
 func BenchmarkRCWrite64B(b *testing.B) {
 	c := newBenchConn(b, nil, false, 14)
 	b.ReportAllocs()
