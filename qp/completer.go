@@ -26,9 +26,6 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		return
 	}
 	kind := p.Info.Kind
-	if kind == bth.KindReadResponse && q.readSelective(now, p, psn) {
-		return
-	}
 	var syn bth.Syndrome
 	if a := p.AETH(); a != nil {
 		syn = a.Syndrome()
@@ -118,12 +115,23 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 				break
 			}
 			w.done = true
+			q.rdOut--
 			q.compPSN = psn.Next()
 			progress = true
 		}
 	}
 	if progress {
-		q.progressed(now)
+		if q.gentle {
+			q.endGentle()
+		}
+		q.onProgress(now)
+		// A retransmission under way need not resend what is now
+		// acknowledged (and whose slots retire below).
+		if q.curIdx != sq.next {
+			if c := sq.at(q.curIdx); c.first.Add(int(q.curPkt)).Less(q.compPSN) {
+				q.seek(q.compPSN)
+			}
+		}
 	}
 	q.retire()
 	switch {
@@ -189,9 +197,6 @@ func (q *QP) startGentle() {
 		q.gentleOff = 0
 	}
 	q.gentle, q.gentleSent, q.gentleProbe = true, 0, false
-	// A READ or atomic request answers with responses, which say
-	// nothing of what the responder keeps.
-	q.gentleRd = q.curIdx != q.sq.next && q.sq.at(q.curIdx).rdAtomic
 	if !q.gentleWants() {
 		q.gentle = false // nothing to resend at the NAKed PSN
 	}
@@ -202,7 +207,7 @@ func (q *QP) startGentle() {
 // ACK beyond the resent packet shows a responder that keeps requests.
 func (q *QP) endGentle() {
 	switch d := q.compPSN.Sub(q.retryPSN); {
-	case d > 1 && !q.gentleRd:
+	case d > 1:
 		q.peerKeeps, q.gentleMiss = 1, 0
 	case d == 1 && q.gentleProbe:
 		return
@@ -333,24 +338,6 @@ func (q *QP) readStalled() bool {
 	return last
 }
 
-// reRequestStalled marks every READ outstanding to be requested again
-// for what it lacks, when only READs are outstanding; it reports false
-// (nothing marked) otherwise.
-func (q *QP) reRequestStalled() bool {
-	sq := &q.sq
-	for i := sq.head; i != sq.next; i++ {
-		if w := sq.at(i); !w.done && w.wr.Opcode != WRRead {
-			return false
-		}
-	}
-	for i := sq.head; i != sq.next; i++ {
-		if w := sq.at(i); !w.done {
-			q.reRequest(w, true)
-		}
-	}
-	return true
-}
-
 // emitAcked sends packet k of WQE idx again with the A bit.
 func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
 	q.forceAck = true
@@ -393,146 +380,12 @@ func (q *QP) readResponse(w *sendWQE, p *bth.Packet, psn bth.PSN, progress bool)
 		return WCLocProtErr, progress, false, 0
 	}
 	w.rcvd++
+	q.compPSN = psn.Next()
 	if w.rcvd == w.npkts {
 		w.done = true
+		q.rdOut--
 	}
-	q.advanceComp()
 	return WCSuccess, true, false, 0
-}
-
-// advanceComp sets compPSN to the oldest PSN not acknowledged: in the
-// oldest WQE not done (a READ's first response not received; a
-// SEND/WRITE's PSN acknowledged up to, kept), or past every WQE started.
-func (q *QP) advanceComp() {
-	sq := &q.sq
-	for i := sq.head; i != sq.next; i++ {
-		w := sq.at(i)
-		if w.done {
-			continue
-		}
-		switch {
-		case w.wr.Opcode == WRRead:
-			q.compPSN = w.first.Add(int(w.rcvd))
-		case q.compPSN.Less(w.first):
-			q.compPSN = w.first
-		}
-		return
-	}
-	q.compPSN = q.nextPSN
-}
-
-// Selective READ recovery. A responder answers READs in PSN order, so
-// when responses to a later READ arrive while an earlier one lacks some,
-// those were lost; and a gap inside one READ's responses is a loss too.
-// While only READs are outstanding before the one a response is for,
-// the requester keeps the responses that arrive (each READ's in order
-// from its start) and, once a READ's responses have ended, asks again
-// for the rest of it alone: a go-back would ask again for every later
-// READ, whose responses are already here or on their way, and a
-// responder would send them all again. READs still complete in order,
-// and their credits (max_rd_atomic) come back in order.
-
-// readSelective handles a READ response when every WQE outstanding
-// before the one it belongs to is a READ; it reports false otherwise
-// (complete handles it by go-back-N).
-func (q *QP) readSelective(now Time, p *bth.Packet, psn bth.PSN) bool {
-	sq := &q.sq
-	j := sq.next
-	for i := sq.head; i != sq.next; i++ {
-		w := sq.at(i)
-		if !w.done && w.wr.Opcode != WRRead {
-			return false
-		}
-		if psn.InWindow(w.first, int(w.npkts)) {
-			j = i
-			break
-		}
-	}
-	if j == sq.next || sq.at(j).wr.Opcode != WRRead {
-		return false
-	}
-	for i := sq.head; i != j; i++ {
-		if w := sq.at(i); !w.done {
-			q.reRequest(w, false)
-		}
-	}
-	w := sq.at(j)
-	if w.done {
-		// A READ complete already, requested again by a go-back.
-		q.ctr.DroppedPkts++
-		return true
-	}
-	st, progress, gap, _ := q.readResponse(w, p, psn, false)
-	switch {
-	case st != WCSuccess:
-		q.failWQE(w, st)
-		q.retire()
-		return true
-	case gap && psn == w.last():
-		// Asked for once its responses ended: a responder still
-		// sending them would serve the request alongside (rdma_rxe
-		// then runs out of buffers and answers with an RNR NAK). Its
-		// last response lost too, a later READ's or the loss probe
-		// asks.
-		q.reRequest(w, false)
-	}
-	if progress {
-		q.progressed(now)
-	}
-	q.retire()
-	return true
-}
-
-// progressed follows a response that acknowledged something new.
-func (q *QP) progressed(now Time) {
-	if q.gentle {
-		q.endGentle()
-	}
-	q.onProgress(now)
-	// A retransmission under way need not resend what is now
-	// acknowledged (and whose slots retire below).
-	sq := &q.sq
-	if q.curIdx != sq.next {
-		if c := sq.at(q.curIdx); c.first.Add(int(q.curPkt)).Less(q.compPSN) {
-			q.seek(q.compPSN)
-		}
-	}
-}
-
-// reRequest marks READ w to be requested again from its first missing
-// response (sendReRequests), unless that was asked already (again:
-// ask all the same, for a loss probe).
-func (q *QP) reRequest(w *sendWQE, again bool) {
-	from := w.first.Add(int(w.rcvd))
-	if w.reReq || (!again && w.reqd && w.reqFrom == from) {
-		return
-	}
-	w.reReq, w.reqd, w.reqFrom = true, true, from
-	q.reReqs++
-	if !again {
-		q.ctr.ImpliedNakSeqErr++
-	}
-}
-
-// sendReRequests sends the READ requests reRequest marked. It reports
-// false when the Output is full.
-func (q *QP) sendReRequests(now Time) bool {
-	sq := &q.sq
-	for i := sq.head; i != sq.next && q.reReqs > 0; i++ {
-		w := sq.at(i)
-		if !w.reReq {
-			continue
-		}
-		if !w.done {
-			if sent, _ := q.emitPkt(now, w, i, w.rcvd); !sent {
-				return false
-			}
-		}
-		w.reReq = false
-		q.reReqs--
-	}
-	q.reReqs = 0 // marks on WQEs retired since
-	return true
 }
 
 // nakStatus maps a NAK code to the requester's completion status.
@@ -740,9 +593,7 @@ func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
 func (q *QP) sendProbe(now Time) bool {
 	q.probeWant = false
 	if q.readStalled() {
-		if !q.reRequestStalled() {
-			q.goBack(q.compPSN)
-		}
+		q.goBack(q.compPSN)
 		q.ctr.LossProbes++
 	} else if idx, k, ok := q.lastSent(); ok {
 		if !q.emitAcked(now, idx, k) {

@@ -60,8 +60,7 @@ type QP struct {
 	forceAck    bool    // the next packet asks for an ACK (loss probe)
 	gentle      bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
 	gentleSent  uint8   // ... packets sent so far: 1 the NAKed one, 2 the probe too ...
-	gentleProbe bool    // ... a probe was sent ...
-	gentleRd    bool    // ... the NAKed request is a READ or atomic
+	gentleProbe bool    // ... a probe was sent
 	peerKeeps   int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
 	gentleMiss  int     // gentle go-backs in a row answered as by a responder that drops
 	gentleOff   int     // go-backs since the responder was last taken not to keep them
@@ -76,7 +75,6 @@ type QP struct {
 	probeDue     Time
 	probeWant    bool  // the probe timer expired: Pump sends a probe
 	probeShift   uint8 // probe timer backoff since the last progress
-	reReqs       int   // READs marked to be requested again (reRequest)
 
 	// Receive queue and responder (responder.go, ud.go).
 	rq   recvQueue
@@ -179,7 +177,7 @@ func (q *QP) reset() {
 	q.sq.clear()
 	q.rq.clear()
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
-	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost, q.reReqs = 0, 0, 0, 0, 0, 0
+	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
 	q.win, q.winGrow = q.winLeast, 0
 	q.retryLeft, q.rnrLeft = 0, 0
 	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
@@ -230,7 +228,6 @@ func (q *QP) flushSend() {
 	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
 	q.rdOut = 0
 	q.gentle = false
-	q.reReqs = 0
 	q.compPSN = q.nextPSN
 }
 
@@ -384,9 +381,6 @@ func (q *QP) Pump(now Time) {
 	if q.probeWant && !q.sendProbe(now) {
 		return
 	}
-	if q.reReqs > 0 && !q.sendReRequests(now) {
-		return
-	}
 	for q.sendOne(now) {
 	}
 }
@@ -433,7 +427,7 @@ func (q *QP) Busy() bool {
 	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait {
 		return false
 	}
-	if q.probeWant || q.reReqs > 0 {
+	if q.probeWant {
 		return true
 	}
 	if q.gentle {

@@ -20,9 +20,6 @@ type sendWQE struct {
 	first    bth.PSN // first PSN, assigned when the request starts
 	npkts    uint32  // PSNs consumed: packets, or READ response packets
 	rcvd     uint32  // READ: response packets received in order
-	reReq    bool    // READ: to be requested again from rcvd (sendReRequests) ...
-	reqd     bool    // ... and was, ...
-	reqFrom  bth.PSN // ... from this PSN
 	rdAtomic bool    // READ or atomic: needs a response, holds a credit
 	cost0    uint64  // send window cost of the requests started before it
 	done     bool    // acknowledged (or failed): ready to retire in order

@@ -289,11 +289,6 @@ func (q *QP) sendOne(now Time) bool {
 		// A responder known to keep requests: new ones go on (the
 		// cursor moved past the resent packets, sendGentle).
 	}
-	for q.curIdx != sq.next && sq.at(q.curIdx).done {
-		// A READ that completed before an earlier one (selective READ
-		// recovery) is not requested again by a go-back.
-		q.curIdx, q.curPkt = q.curIdx+1, 0
-	}
 	if q.curIdx == sq.next {
 		if q.state != StateRTS || sq.next == sq.tail {
 			return false
@@ -463,10 +458,7 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			q.ctr.RetransmittedPkts++
 		} else if h.BTH.AckReq && !q.rttOn && !w.rdAtomic {
 			// Time a new packet's acknowledgement (never a resent
-			// one's: its ACK may answer the first copy). Not a READ's:
-			// a responder may pause within a long stream of responses
-			// for longer than a round trip, and a probe would ask for
-			// the rest again each time.
+			// one's: its ACK may answer the first copy).
 			q.rttOn, q.rttPSN, q.rttAt = true, psn, now
 		}
 		if q.sentHigh.Less(end) {
@@ -574,14 +566,6 @@ func (q *QP) retire() {
 			return
 		}
 		sq.head++
-		if w.rdAtomic {
-			// The READ/atomic credit comes back in order: a responder
-			// keeps the resources of its latest max_dest_rd_atomic
-			// READs, and one that completed before an earlier READ
-			// (selective READ recovery) still stands between that one
-			// and the responder's newest.
-			q.rdOut--
-		}
 		q.sendWC(w, WCSuccess, false)
 	}
 }

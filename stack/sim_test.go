@@ -278,7 +278,6 @@ func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
 			sm.s.clock.Set(db)
 		default:
 			sm.dump()
-			sm.dumpTrace()
 			t.Fatalf("stuck: idle with %d completions outstanding", sm.pending)
 		}
 	}
