@@ -38,13 +38,12 @@ const (
 )
 
 // DefaultReadWindow is the default Config.ReadWindow: one 1 MiB READ at a
-// time. Under loss, READs are requested again (the rest of each READ
-// that lost responses, and everything after a lost request), and rdma_rxe
-// serves each again while it still streams the others: perftest's 128
-// outstanding 1 MiB READs turned a few lost packets into more responses
-// than an emulated peer can send before the ACK timer runs out seven
-// times. rdma_rxe's own requester keeps at most 128 PSNs in flight, one
-// such READ.
+// time. Every READ in flight after a lost response is requested again
+// (go-back-N), and rdma_rxe answers each in full again: perftest's 128
+// outstanding 1 MiB READs turn one lost packet into 128 MiB of
+// responses, which an emulated peer cannot send before the ACK timer
+// runs out seven times. rdma_rxe's own requester keeps at most 128 PSNs
+// in flight, one such READ.
 const DefaultReadWindow = 1 << 20
 
 // AutoGID asks for the device's best GID: the first IPv4 one, as perftest
