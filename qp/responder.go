@@ -31,15 +31,27 @@ const (
 )
 
 // respItem is a response waiting to be sent.
+//
+// A READ response names its source by R_Key and address, never by a
+// slice: every packet looks the region up again (sendResp), so that once
+// a region is deregistered or invalidated no response reads from it.
 type respItem struct {
 	kind respKind
 	busy bool    // holds a READ/atomic resource (a new request, not a replay)
 	psn  bth.PSN // PSN of the next packet
 	syn  bth.Syndrome
 	msn  uint32
-	data []byte // READ: bytes still to send
+	src  memRef // READ: the bytes still to send
 	k, n uint32 // READ: next packet index and packet count
 	orig uint64 // atomic: the original value
+}
+
+// memRef names the bytes of a remote access: the R_Key, the address and
+// the length, as a RETH gives them.
+type memRef struct {
+	rkey uint32
+	va   uint64
+	dlen uint32
 }
 
 // rdRes remembers an executed READ or atomic for duplicates: a READ is
@@ -51,6 +63,7 @@ type rdRes struct {
 	npkts  uint32
 	msn    uint32
 	orig   uint64
+	read   memRef // READ: what the request asked for
 }
 
 // rerr is the outcome of executing a request.
@@ -80,11 +93,9 @@ type responder struct {
 	ackCap  bth.PSN // the highest PSN an ACK may name (see ackLimit)
 
 	rcur     curMsg
-	roff     uint32   // bytes of the current message so far
-	wdata    []byte   // WRITE target ...
-	wlen     uint32   // ... its DMA length ...
-	wref     writeRef // ... and where it is
-	haveRecv bool     // rwqe holds a receive WQE being filled
+	roff     uint32 // bytes of the current message so far
+	wref     memRef // WRITE target, looked up again for every packet
+	haveRecv bool   // rwqe holds a receive WQE being filled
 	rwqe     recvWQE
 	rsg      []SGE
 	ucDrop   bool // UC: dropping until the next FIRST/ONLY
@@ -99,15 +110,8 @@ type kept struct {
 	high    bth.PSN             // highest PSN kept
 	pkt     bth.Packet          // a kept request being executed
 	ooFirst bth.PSN             // the last WRITE_FIRST seen past a gap ...
-	ooRef   writeRef            // ... its target ...
+	ooRef   memRef              // ... its target ...
 	ooValid bool                // ... while requests are kept
-}
-
-// writeRef is the target of a WRITE, as its RETH gives it.
-type writeRef struct {
-	rkey uint32
-	va   uint64
-	dlen uint32
 }
 
 // stashed is a kept request: its frame in a buffer from Env.Stash, or,
@@ -117,10 +121,10 @@ type stashed struct {
 	psn    bth.PSN
 	buf    []byte // the frame ...
 	n      int
-	placed bool     // ... or the payload went to ref at off
-	ack    bool     // (placed) the A bit
-	ref    writeRef // (placed)
-	off    uint32   // (placed)
+	placed bool   // ... or the payload went to ref at off
+	ack    bool   // (placed) the A bit
+	ref    memRef // (placed)
+	off    uint32 // (placed)
 }
 
 func (s *stashed) used() bool { return s.buf != nil || s.placed }
@@ -146,7 +150,7 @@ func (q *QP) resetResponder() {
 	clear(r.res)
 	r.ihead, r.itail, r.busy, r.resNext = 0, 0, 0, 0
 	r.msn, r.nakSent = 0, false
-	r.rcur, r.roff, r.wdata, r.wlen = curNone, 0, nil, 0
+	r.rcur, r.roff, r.wref = curNone, 0, memRef{}
 	r.haveRecv, r.ucDrop = false, false
 }
 
@@ -222,9 +226,16 @@ func (q *QP) sendResp(it *respItem) bool {
 		case it.k == it.n-1:
 			op = bth.OpReadRespLast
 		}
+		if n := min(uint32(q.mtu), it.src.dlen); n > 0 {
+			b, ok := q.mem.Remote(it.src.rkey, it.src.va, n, AccessRemoteRead)
+			if !ok || uint32(len(b)) < n {
+				q.readGone(it)
+				return true
+			}
+			payload = b[:n]
+		}
 		h = q.headers(op, it.psn, false)
 		h.Syndrome, h.MSN = bth.SyndromeACKNoCredits, it.msn
-		payload = it.data[:min(q.mtu, len(it.data))]
 	default:
 		return true
 	}
@@ -233,7 +244,8 @@ func (q *QP) sendResp(it *respItem) bool {
 	}
 	q.ctr.SentPkts++
 	if it.kind == rkRead {
-		it.data = it.data[len(payload):]
+		it.src.va += uint64(len(payload))
+		it.src.dlen -= uint32(len(payload))
 		it.k++
 		it.psn = it.psn.Next()
 		if it.k < it.n {
@@ -244,8 +256,26 @@ func (q *QP) sendResp(it *respItem) bool {
 		q.resp.busy--
 	}
 	it.kind = rkNone
-	it.data = nil
 	return true
+}
+
+// readGone handles a READ whose source is no longer accessible: its
+// region was deregistered or invalidated after the request was
+// accepted. What was not sent yet is refused as an R_Key violation
+// would have been (a class C responder error): a remote access error
+// NAK goes out in place of the next response packet, nothing queued
+// after it is sent, and the QP enters ERR.
+func (q *QP) readGone(it *respItem) {
+	r := &q.resp
+	q.ctr.RespRemoteAccessErr++
+	*it = respItem{kind: rkAck, psn: it.psn, syn: bth.SyndromeRemoteAccess, msn: it.msn - 1}
+	for i := r.ihead + 1; i != r.itail; i++ {
+		*r.item(i) = respItem{}
+	}
+	r.itail, r.busy = r.ihead+1, 0
+	if q.state != StateErr {
+		q.enterErr(true)
+	}
 }
 
 // respondRC handles a request packet on an RC QP.
@@ -363,7 +393,7 @@ func (q *QP) stashPut(p *bth.Packet, psn bth.PSN, d int) {
 	if k == bth.KindWrite && p.Info.Pos == bth.PosFirst {
 		reth := p.RETH()
 		if reth.DMALen() <= maxMessage && q.attr.AccessFlags&AccessRemoteWrite != 0 {
-			kp.ooFirst, kp.ooRef, kp.ooValid = psn, writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, true
+			kp.ooFirst, kp.ooRef, kp.ooValid = psn, memRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, true
 		}
 	}
 	if k == bth.KindWrite && p.Info.Pos == bth.PosMiddle {
@@ -393,17 +423,17 @@ func (q *QP) stashCount(psn bth.PSN) {
 // to its place, when the WRITE it belongs to is known: the one in
 // progress, or the one whose FIRST was seen last past the gap. It
 // returns the WRITE and the offset.
-func (q *QP) placeEarly(p *bth.Packet, psn bth.PSN) (writeRef, uint32, bool) {
+func (q *QP) placeEarly(p *bth.Packet, psn bth.PSN) (memRef, uint32, bool) {
 	r := &q.resp
 	mtu := uint32(q.mtu)
 	if uint32(p.PayloadN) != mtu {
-		return writeRef{}, 0, false
+		return memRef{}, 0, false
 	}
-	middle := func(ref writeRef, idx int) bool {
+	middle := func(ref memRef, idx int) bool {
 		n := (uint64(ref.dlen) + uint64(mtu) - 1) / uint64(mtu)
 		return idx > 0 && uint64(idx) < n-1
 	}
-	var ref writeRef
+	var ref memRef
 	idx := 0
 	switch {
 	case r.rcur == curWrite && middle(r.wref, int(r.roff/mtu)+psn.Sub(q.ePSN)):
@@ -411,12 +441,12 @@ func (q *QP) placeEarly(p *bth.Packet, psn bth.PSN) (writeRef, uint32, bool) {
 	case r.kept.ooValid && middle(r.kept.ooRef, psn.Sub(r.kept.ooFirst)):
 		ref, idx = r.kept.ooRef, psn.Sub(r.kept.ooFirst)
 	default:
-		return writeRef{}, 0, false
+		return memRef{}, 0, false
 	}
 	off := uint32(idx) * mtu
 	b, ok := q.mem.Remote(ref.rkey, ref.va+uint64(off), mtu, AccessRemoteWrite)
 	if !ok || uint32(len(b)) < mtu {
-		return writeRef{}, 0, false
+		return memRef{}, 0, false
 	}
 	copy(b, p.Payload())
 	return ref, off, true
@@ -459,7 +489,7 @@ func (q *QP) replay() {
 			ref, off, ack := s.ref, s.off, s.ack
 			q.stashFree(s)
 			mtu := uint32(q.mtu)
-			if r.rcur != curWrite || r.wref != ref || r.roff != off || uint64(off)+uint64(mtu) >= uint64(r.wlen) {
+			if r.rcur != curWrite || r.wref != ref || r.roff != off || uint64(off)+uint64(mtu) >= uint64(r.wref.dlen) {
 				q.respFatal(psn, rInvReq) // not the WRITE_MIDDLE it seemed
 				return
 			}
@@ -638,26 +668,36 @@ func (q *QP) execWrite(p *bth.Packet) rerr {
 	}
 	first := info.Pos == bth.PosFirst || info.Pos == bth.PosOnly
 	last := info.Pos == bth.PosLast || info.Pos == bth.PosOnly
-	data, dl, off := r.wdata, r.wlen, r.roff
+	ref, off := r.wref, r.roff
 	if first {
 		reth := p.RETH()
-		dl, off, data = reth.DMALen(), 0, nil
-		if dl > maxMessage {
+		ref, off = memRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}, 0
+		if ref.dlen > maxMessage {
 			return rInvReq
 		}
 		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
 			return rAccess
 		}
-		if dl > 0 {
-			var ok bool
-			if data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteWrite); !ok || uint32(len(data)) < dl {
+		if ref.dlen > 0 {
+			if b, ok := q.mem.Remote(ref.rkey, ref.va, ref.dlen, AccessRemoteWrite); !ok || uint32(len(b)) < ref.dlen {
 				return rAccess
 			}
 		}
 	}
+	dl := ref.dlen
 	end := uint64(off) + uint64(n)
 	if end > uint64(dl) || (last && end != uint64(dl)) || (!last && end == uint64(dl)) {
 		return rInvReq
+	}
+	// The target is looked up again for every packet: a region
+	// deregistered or invalidated during the WRITE is not written to.
+	var dst []byte
+	if n > 0 {
+		b, ok := q.mem.Remote(ref.rkey, ref.va+uint64(off), n, AccessRemoteWrite)
+		if !ok || uint32(len(b)) < n {
+			return rAccess
+		}
+		dst = b
 	}
 	var imm uint32
 	if info.Imm {
@@ -666,16 +706,12 @@ func (q *QP) execWrite(p *bth.Packet) rerr {
 		}
 		imm = p.ImmDt().Value()
 	}
-	copy(data[off:], p.Payload())
+	copy(dst, p.Payload())
 	if !last {
-		if first {
-			reth := p.RETH()
-			r.wref = writeRef{rkey: reth.RKey(), va: reth.VA(), dlen: dl}
-		}
-		r.rcur, r.wdata, r.wlen, r.roff = curWrite, data, dl, uint32(end)
+		r.rcur, r.wref, r.roff = curWrite, ref, uint32(end)
 		return rOK
 	}
-	r.rcur, r.wdata, r.wlen, r.roff, r.wref = curNone, nil, 0, 0, writeRef{}
+	r.rcur, r.roff, r.wref = curNone, 0, memRef{}
 	r.msn++
 	if info.Imm {
 		q.recvWC(WCSuccess, WCRecvRDMAImm, dl, WCWithImm, imm, 0, q.attr.DestQPN)
@@ -708,18 +744,16 @@ func (q *QP) execRead(p *bth.Packet, psn bth.PSN) rerr {
 	if !r.room() {
 		return rDrop
 	}
-	var data []byte
+	src := memRef{rkey: reth.RKey(), va: reth.VA(), dlen: dl}
 	if dl > 0 {
-		var ok bool
-		if data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteRead); !ok || uint32(len(data)) < dl {
+		if b, ok := q.mem.Remote(src.rkey, src.va, dl, AccessRemoteRead); !ok || uint32(len(b)) < dl {
 			return rAccess
 		}
-		data = data[:dl]
 	}
 	npkts := q.respPkts(dl)
 	r.msn++
-	*q.takeRes() = rdRes{valid: true, first: psn, npkts: npkts, msn: r.msn}
-	q.pushRead(psn, data, npkts, r.msn, true)
+	*q.takeRes() = rdRes{valid: true, first: psn, npkts: npkts, msn: r.msn, read: src}
+	q.pushRead(psn, src, npkts, r.msn, true)
 	q.ePSN = psn.Add(int(npkts))
 	r.nakSent = false
 	return rOK
@@ -733,12 +767,12 @@ func (q *QP) respPkts(dl uint32) uint32 {
 	return (dl + m - 1) / m
 }
 
-func (q *QP) pushRead(psn bth.PSN, data []byte, npkts, msn uint32, busy bool) bool {
+func (q *QP) pushRead(psn bth.PSN, src memRef, npkts, msn uint32, busy bool) bool {
 	r := &q.resp
 	if !r.room() {
 		return false
 	}
-	*r.item(r.itail) = respItem{kind: rkRead, busy: busy, psn: psn, msn: msn, data: data, n: npkts}
+	*r.item(r.itail) = respItem{kind: rkRead, busy: busy, psn: psn, msn: msn, src: src, n: npkts}
 	r.itail++
 	if busy {
 		r.busy++
@@ -798,28 +832,20 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 	switch p.Info.Kind {
 	case bth.KindReadRequest:
 		res := q.findRes(psn, false)
-		if res == nil {
-			q.ctr.DroppedPkts++
-			return
-		}
 		reth := p.RETH()
-		dl := reth.DMALen()
-		npkts := q.respPkts(dl)
-		if dl > maxMessage || psn.Add(int(npkts)).Sub(res.first) > int(res.npkts) {
+		src := memRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}
+		if res == nil || !q.dupReadFits(res, psn, src) {
 			q.ctr.DroppedPkts++
 			return
 		}
-		var data []byte
-		if dl > 0 {
-			var ok bool
-			data, ok = q.mem.Remote(reth.RKey(), reth.VA(), dl, AccessRemoteRead)
-			if !ok || uint32(len(data)) < dl || q.attr.AccessFlags&AccessRemoteRead == 0 {
+		if src.dlen > 0 {
+			b, ok := q.mem.Remote(src.rkey, src.va, src.dlen, AccessRemoteRead)
+			if !ok || uint32(len(b)) < src.dlen || q.attr.AccessFlags&AccessRemoteRead == 0 {
 				q.ctr.DroppedPkts++
 				return
 			}
-			data = data[:dl]
 		}
-		if !q.pushRead(psn, data, npkts, res.msn, false) {
+		if !q.pushRead(psn, src, q.respPkts(src.dlen), res.msn, false) {
 			q.ctr.DroppedPkts++
 		}
 	case bth.KindCompareSwap, bth.KindFetchAdd:
@@ -836,6 +862,25 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 		// limit.
 		q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
 	}
+}
+
+// dupReadFits reports whether a duplicate READ request at psn for src
+// lies within the READ saved in res, and may be executed again: its
+// responses fall in the saved PSN range, it names the same R_Key, and
+// its bytes are bytes of the original request (a requester asks again
+// for all or, from the first response it lacks, the rest of a READ).
+// Anything else is dropped, as rdma_rxe drops it (a class D error):
+// what it would read was never granted by the request being repeated.
+func (q *QP) dupReadFits(res *rdRes, psn bth.PSN, src memRef) bool {
+	if src.dlen > maxMessage || psn.Add(int(q.respPkts(src.dlen))).Sub(res.first) > int(res.npkts) {
+		return false
+	}
+	if src.dlen == 0 {
+		return true
+	}
+	o := res.read
+	return src.rkey == o.rkey && src.va >= o.va && src.va-o.va <= uint64(o.dlen) &&
+		uint64(src.dlen) <= uint64(o.dlen)-(src.va-o.va)
 }
 
 // findRes returns the saved READ (atomic false) or atomic resource whose
@@ -891,7 +936,7 @@ func (q *QP) respondUC(p *bth.Packet) {
 		if psn != q.ePSN {
 			q.ctr.OutOfSequence++
 		}
-		r.rcur, r.roff, r.wdata = curNone, 0, nil // the receive WQE is kept for the next message
+		r.rcur, r.roff = curNone, 0 // the receive WQE is kept for the next message
 		if !start {
 			r.ucDrop = true
 			q.ePSN = psn.Next()
@@ -917,7 +962,7 @@ func (q *QP) respondUC(p *bth.Packet) {
 		q.enterErr(false)
 	default:
 		q.ctr.DroppedPkts++
-		r.rcur, r.roff, r.wdata = curNone, 0, nil
+		r.rcur, r.roff = curNone, 0
 		r.ucDrop = !(pos == bth.PosLast || pos == bth.PosOnly)
 	}
 }
