@@ -176,3 +176,18 @@ func TestRequesterRegionGone(t *testing.T) {
 	}
 	wantWC(t, "send", n.sink.send, WC{ID: 2, Status: WCLocProtErr, Opcode: WCSend})
 }
+
+func TestResponderDuplicateReadOfRegionGone(t *testing.T) {
+	n := respNode(t, 10)
+	_, key := n.buf(3000, 0x20000, 1)
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 10, true, nil, reth(0x20000, key, 3000)))
+	n.out.take()
+	n.gone(key)
+	// The requester asks again for the rest: refused with a remote
+	// access error, as the READ itself would be now.
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 11, true, nil, reth(0x20000+1024, key, 3000-1024)))
+	wantAck(t, n.out.take(), 11, bth.SyndromeRemoteAccess, 1)
+	if n.qp.State() != StateErr || n.qp.Counters().RespRemoteAccessErr != 1 {
+		t.Errorf("state %s counters %+v", n.qp.State(), *n.qp.Counters())
+	}
+}

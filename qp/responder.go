@@ -839,9 +839,11 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 			return
 		}
 		if src.dlen > 0 {
+			// The region may have gone since the READ was first
+			// executed: refused as a new READ would be.
 			b, ok := q.mem.Remote(src.rkey, src.va, src.dlen, AccessRemoteRead)
 			if !ok || uint32(len(b)) < src.dlen || q.attr.AccessFlags&AccessRemoteRead == 0 {
-				q.ctr.DroppedPkts++
+				q.respFatal(psn, rAccess)
 				return
 			}
 		}
