@@ -40,10 +40,10 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	}
 	p, err := pd.dev.resolvePath(&attr)
 	if err != nil {
+		pd.uses.drop()
 		return nil, fmt.Errorf("create ah: %w", err)
 	}
 	attr.DMAC = p.av.Path.DstMAC
-	pd.refs.Add(1)
 	return &AH{pd: pd, attr: attr, av: p.av}, nil
 }
 
@@ -56,6 +56,6 @@ func (ah *AH) Destroy() error {
 	if !ah.dead.CompareAndSwap(false, true) {
 		return fmt.Errorf("destroy ah: %w", ErrDestroyed)
 	}
-	ah.pd.refs.Add(-1)
+	ah.pd.uses.drop()
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // CQ is a completion queue (ibv_cq). Engines add completions; any number
@@ -17,7 +16,7 @@ import (
 // completions. Size CQs for all the work that can be outstanding.
 type CQ struct {
 	dev  *Device
-	refs atomic.Int64 // QPs using the CQ
+	uses uses // QPs using the CQ
 
 	mu       sync.Mutex
 	ring     []WC
@@ -147,8 +146,8 @@ func (c *CQ) Overruns() uint64 {
 // Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while
 // QPs use it. Blocked Waits return ErrDestroyed.
 func (c *CQ) Destroy() error {
-	if c.refs.Load() != 0 {
-		return fmt.Errorf("destroy cq: %w", ErrBusy)
+	if err := c.uses.end(); err != nil {
+		return fmt.Errorf("destroy cq: %w", err)
 	}
 	c.mu.Lock()
 	c.dead = true

@@ -31,8 +31,7 @@ type PD struct {
 	dev    *Device
 	handle uint32
 	mem    pdMemory
-	refs   atomic.Int64 // MRs, QPs, SRQs and AHs using the PD
-	dead   atomic.Bool
+	uses   uses // MRs, QPs, SRQs and AHs of the PD
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -52,21 +51,23 @@ func (pd *PD) Handle() uint32 { return pd.handle }
 func (pd *PD) Device() *Device { return pd.dev }
 
 // Dealloc frees the PD (ibv_dealloc_pd). It fails with ErrBusy while
-// objects created from it exist.
+// objects created from it exist; once it succeeded no object can be
+// created from the PD any more.
 func (pd *PD) Dealloc() error {
-	if pd.refs.Load() != 0 {
-		return fmt.Errorf("dealloc pd: %w", ErrBusy)
+	if err := pd.uses.end(); err != nil {
+		return fmt.Errorf("dealloc pd: %w", err)
 	}
-	pd.dead.Store(true)
 	return nil
 }
 
+// use takes a use of the PD for an object op creates; the object gives
+// it back with pd.uses.drop when it is destroyed, or op when it fails.
 func (pd *PD) use(op string) error {
-	if pd.dead.Load() {
-		return fmt.Errorf("%s: %w", op, ErrDestroyed)
-	}
 	if pd.dev.closed.Load() {
 		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	if !pd.uses.take() {
+		return fmt.Errorf("%s: pd: %w", op, ErrDestroyed)
 	}
 	return nil
 }
@@ -92,9 +93,6 @@ type MR struct {
 // are drawn from a cryptographic generator: a 24-bit index and an 8-bit
 // key, so a peer cannot guess another region's R_Key.
 func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
-	if err := pd.use("register mr"); err != nil {
-		return nil, err
-	}
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("register mr: empty buffer: %w", ErrInvalidArg)
 	}
@@ -104,12 +102,15 @@ func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("register mr: remote write or atomic access needs local write: %w", ErrInvalidArg)
 	}
+	if err := pd.use("register mr"); err != nil {
+		return nil, err
+	}
 	mr := &MR{pd: pd, buf: buf, va: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access: access}
 	if err := pd.dev.mrs.insert(mr); err != nil {
+		pd.uses.drop()
 		return nil, fmt.Errorf("register mr: %w", err)
 	}
 	mr.valid.Store(true)
-	pd.refs.Add(1)
 	return mr, nil
 }
 
@@ -155,8 +156,8 @@ func (mr *MR) Deregister() error {
 		return fmt.Errorf("deregister mr: %w", ErrDestroyed)
 	}
 	mr.valid.Store(false)
-	mr.pd.refs.Add(-1)
 	d.quiesce()
+	mr.pd.uses.drop()
 	return nil
 }
 

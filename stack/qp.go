@@ -18,6 +18,12 @@ type (
 	RecvWR = qp.RecvWR
 	// WC is a work completion (ibv_wc).
 	WC = qp.WC
+	// WCStatus is a completion status (ibv_wc_status).
+	WCStatus = qp.WCStatus
+	// WCOpcode is the operation a completion reports (ibv_wc_opcode).
+	WCOpcode = qp.WCOpcode
+	// WCFlags are ibv_wc_flags.
+	WCFlags = qp.WCFlags
 	// QPType is a QP's transport service.
 	QPType = qp.Type
 	// QPState is a QP state.
@@ -68,6 +74,33 @@ const (
 	SendSignaled  = qp.SendSignaled
 	SendSolicited = qp.SendSolicited
 	SendInline    = qp.SendInline
+
+	WCSuccess        = qp.WCSuccess
+	WCLocLenErr      = qp.WCLocLenErr
+	WCLocQPOpErr     = qp.WCLocQPOpErr
+	WCLocProtErr     = qp.WCLocProtErr
+	WCWRFlushErr     = qp.WCWRFlushErr
+	WCBadRespErr     = qp.WCBadRespErr
+	WCLocAccessErr   = qp.WCLocAccessErr
+	WCRemInvReqErr   = qp.WCRemInvReqErr
+	WCRemAccessErr   = qp.WCRemAccessErr
+	WCRemOpErr       = qp.WCRemOpErr
+	WCRetryExcErr    = qp.WCRetryExcErr
+	WCRNRRetryExcErr = qp.WCRNRRetryExcErr
+	WCFatalErr       = qp.WCFatalErr
+	WCGeneralErr     = qp.WCGeneralErr
+
+	WCSend        = qp.WCSend
+	WCRDMAWrite   = qp.WCRDMAWrite
+	WCRDMARead    = qp.WCRDMARead
+	WCCompSwap    = qp.WCCompSwap
+	WCFetchAdd    = qp.WCFetchAdd
+	WCRecv        = qp.WCRecv
+	WCRecvRDMAImm = qp.WCRecvRDMAImm
+
+	WCWithGRH = qp.WCWithGRH
+	WCWithImm = qp.WCWithImm
+	WCWithInv = qp.WCWithInv
 )
 
 // RemoteAddr names remote memory: a virtual address and an R_Key.
@@ -173,9 +206,6 @@ type QP struct {
 
 // CreateQP creates a queue pair (ibv_create_qp) in the RESET state.
 func (pd *PD) CreateQP(init QPInit) (*QP, error) {
-	if err := pd.use("create qp"); err != nil {
-		return nil, err
-	}
 	d := pd.dev
 	lim := &d.attr.Limits
 	if init.SendCQ == nil || init.RecvCQ == nil {
@@ -183,9 +213,6 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	}
 	if init.SendCQ.dev != d || init.RecvCQ.dev != d || (init.SRQ != nil && init.SRQ.pd.dev != d) {
 		return nil, fmt.Errorf("create qp: cq or srq of another device: %w", ErrInvalidArg)
-	}
-	if init.SRQ != nil && init.SRQ.dead.Load() {
-		return nil, fmt.Errorf("create qp: srq: %w", ErrDestroyed)
 	}
 	if init.MaxSendSGE == 0 {
 		init.MaxSendSGE = 1
@@ -208,7 +235,11 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1}
 	q.out.q = q
 	q.sink.q = q
+	if err := q.takeUses(); err != nil {
+		return nil, err
+	}
 	if err := d.qps.add(q); err != nil {
+		q.dropUses()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
 	q.eng = d.engines[int(q.qpn)%len(d.engines)]
@@ -240,18 +271,46 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	t, err := qp.New(caps, env)
 	if err != nil {
 		d.qps.remove(q)
+		q.dropUses()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
 	q.mu.Lock()
 	q.q = t
 	q.mu.Unlock()
-	pd.refs.Add(1)
-	q.sendCQ.refs.Add(1)
-	q.recvCQ.refs.Add(1)
-	if q.srq != nil {
-		q.srq.refs.Add(1)
-	}
 	return q, nil
+}
+
+// takeUses takes a use of the QP's PD, CQs and SRQ, or none of them.
+func (q *QP) takeUses() error {
+	if err := q.pd.use("create qp"); err != nil {
+		return err
+	}
+	if !q.sendCQ.uses.take() {
+		q.pd.uses.drop()
+		return fmt.Errorf("create qp: send cq: %w", ErrDestroyed)
+	}
+	if !q.recvCQ.uses.take() {
+		q.pd.uses.drop()
+		q.sendCQ.uses.drop()
+		return fmt.Errorf("create qp: recv cq: %w", ErrDestroyed)
+	}
+	if q.srq != nil && !q.srq.uses.take() {
+		q.pd.uses.drop()
+		q.sendCQ.uses.drop()
+		q.recvCQ.uses.drop()
+		return fmt.Errorf("create qp: srq: %w", ErrDestroyed)
+	}
+	return nil
+}
+
+// dropUses gives back what takeUses took.
+func (q *QP) dropUses() {
+	q.pd.uses.drop()
+	q.sendCQ.uses.drop()
+	q.recvCQ.uses.drop()
+	if q.srq != nil {
+		q.srq.uses.drop()
+	}
 }
 
 // lock takes the QP's lock and its SRQ's.
@@ -567,14 +626,9 @@ func (q *QP) Destroy() error {
 	addCounters(&q.dev.retired, &q.ctr)
 	q.mu.Unlock()
 	q.dev.retiredMu.Unlock()
-	q.pd.refs.Add(-1)
-	q.sendCQ.refs.Add(-1)
-	q.recvCQ.refs.Add(-1)
-	if q.srq != nil {
-		q.srq.refs.Add(-1)
-	}
 	q.kick() // the engine forgets it
 	q.dev.quiesce()
+	q.dropUses()
 	return nil
 }
 

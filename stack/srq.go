@@ -3,7 +3,6 @@ package stack
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/uroce/uroce/qp"
 )
@@ -20,8 +19,7 @@ type SRQInit struct {
 type SRQ struct {
 	pd   *PD
 	init SRQInit
-	refs atomic.Int64 // QPs attached
-	dead atomic.Bool
+	uses uses // QPs attached
 
 	mu sync.Mutex // guards q; taken after a QP's lock
 	q  *qp.SRQ
@@ -29,9 +27,6 @@ type SRQ struct {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(init SRQInit) (*SRQ, error) {
-	if err := pd.use("create srq"); err != nil {
-		return nil, err
-	}
 	lim := &pd.dev.attr.Limits
 	if init.MaxWR < 1 || init.MaxWR > lim.MaxSRQWR {
 		return nil, fmt.Errorf("create srq: max_wr %d, want 1 to %d: %w", init.MaxWR, lim.MaxSRQWR, ErrInvalidArg)
@@ -39,17 +34,19 @@ func (pd *PD) CreateSRQ(init SRQInit) (*SRQ, error) {
 	if init.MaxSGE < 1 || init.MaxSGE > lim.MaxSGE {
 		return nil, fmt.Errorf("create srq: max_sge %d, want 1 to %d: %w", init.MaxSGE, lim.MaxSGE, ErrInvalidArg)
 	}
+	if err := pd.use("create srq"); err != nil {
+		return nil, err
+	}
 	s := &SRQ{pd: pd, init: init, q: qp.NewSRQ(init.MaxWR, init.MaxSGE)}
 	if init.Limit > 0 {
 		s.q.SetLimit(init.Limit)
 	}
-	pd.refs.Add(1)
 	return s, nil
 }
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *RecvWR) error {
-	if s.dead.Load() {
+	if s.uses.over() {
 		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
 	}
 	s.mu.Lock()
@@ -87,12 +84,9 @@ func (s *SRQ) LimitReached() bool {
 // Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while
 // QPs use it.
 func (s *SRQ) Destroy() error {
-	if s.refs.Load() != 0 {
-		return fmt.Errorf("destroy srq: %w", ErrBusy)
+	if err := s.uses.end(); err != nil {
+		return fmt.Errorf("destroy srq: %w", err)
 	}
-	if !s.dead.CompareAndSwap(false, true) {
-		return fmt.Errorf("destroy srq: %w", ErrDestroyed)
-	}
-	s.pd.refs.Add(-1)
+	s.pd.uses.drop()
 	return nil
 }
