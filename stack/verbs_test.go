@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -239,21 +240,35 @@ func TestCQPollWaitOverrun(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("wait: %v", err)
 	}
-	// Many waiters all wake.
+	// Many waiters, all blocked on an empty CQ, all wake for one
+	// completion: each passes the wake-up on to the next.
+	if n := cq.Poll(wcs); n != 1 || wcs[0].ID != 1 {
+		t.Fatalf("poll: %d %v", n, wcs[:n])
+	}
+	const waiters = 8
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := 0; i < 8; i++ {
+	errs := make(chan error, waiters)
+	ctx, cancelWait := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelWait()
+	for i := 0; i < waiters; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- cq.Wait(context.Background())
+			errs <- cq.Wait(ctx)
 		}()
 	}
+	for blocked := 0; blocked < waiters; {
+		cq.mu.Lock()
+		blocked = cq.waiters
+		cq.mu.Unlock()
+		runtime.Gosched()
+	}
+	cq.push(&WC{ID: 1})
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("a blocked waiter did not wake for the completion: %v", err)
 		}
 	}
 	for i := 2; i <= 4; i++ {
