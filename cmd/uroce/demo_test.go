@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/uroce/uroce/internal/demo"
 	"github.com/uroce/uroce/internal/netns/netnstest"
 )
 
@@ -43,16 +46,20 @@ func TestDemoNotRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
 		cmd := netnstest.AsNobody(t, "TestDemoNotRoot")
 		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Skipf("cannot run the test as nobody: %v: %s", err, out)
-		}
-		if !strings.Contains(string(out), "--- PASS: TestDemoNotRoot") {
-			t.Errorf("as nobody:\n%s", out)
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			t.Fatalf("as nobody: %v:\n%s", err, out)
+		case err != nil:
+			t.Skipf("cannot start the test as nobody: %v", err)
+		case !strings.Contains(string(out), "--- PASS: TestDemoNotRoot"):
+			t.Fatalf("as nobody, the test did not pass:\n%s", out)
 		}
 		return
 	}
 	var out, errOut strings.Builder
-	if code := run(context.Background(), []string{"demo"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "needs root") {
-		t.Errorf("exit %d: %s", code, errOut.String())
+	code := run(context.Background(), []string{"demo"}, &out, &errOut)
+	if want := "uroce demo: " + demo.ErrNotRoot.Error() + "\n"; code != 1 || errOut.String() != want {
+		t.Errorf("exit %d, stderr %q, want exit 1 and %q", code, errOut.String(), want)
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // Errors Link and Lat return before they change anything.
 var (
-	ErrNotRoot = errors.New("uroce bench needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
+	ErrNotRoot = errors.New("needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
 	ErrNoAFXDP = errors.New("this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): uroce needs Linux 5.10 or later built with them")
 )
 

@@ -57,7 +57,7 @@ func (o *Options) Faulty() bool { return o.Drop > 0 || o.Dup > 0 || o.Reorder > 
 
 // Errors Run returns before it changes anything.
 var (
-	ErrNotRoot = errors.New("uroce demo needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
+	ErrNotRoot = errors.New("needs root: it creates network namespaces, a veth pair, an XDP program and AF_XDP sockets (run it with sudo)")
 	ErrNoAFXDP = errors.New("this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): uroce needs Linux 5.10 or later built with them")
 )
 
