@@ -192,6 +192,7 @@ func BenchmarkRCWrite64K(b *testing.B) {
 	wr := SendWR{ID: 1, Opcode: WRWrite, Flags: SendSignaled, RemoteAddr: 0x200000, RKey: kd}
 	b.ReportAllocs()
 	b.SetBytes(64 << 10)
+	sent0 := w.a.Counters().SentPkts + w.b.Counters().SentPkts
 	for i := 0; i < b.N; i++ {
 		wr.SG = sg[:]
 		if err := w.a.PostSend(0, &wr); err != nil {
@@ -199,5 +200,8 @@ func BenchmarkRCWrite64K(b *testing.B) {
 		}
 		w.run(0)
 	}
-	b.ReportMetric(float64(b.N)*16/b.Elapsed().Seconds()/1e6, "Mpkt/s")
+	// Packets both ways, as the QPs counted them: requests and ACKs.
+	pkts := w.a.Counters().SentPkts + w.b.Counters().SentPkts - sent0
+	b.ReportMetric(float64(pkts)/b.Elapsed().Seconds()/1e6, "Mpkt/s")
+	b.ReportMetric(float64(pkts)/float64(b.N), "pkts/op")
 }
