@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -374,5 +375,32 @@ func TestDeallocExcludesCreation(t *testing.T) {
 	}
 	if err := f.ca.Destroy(); err != nil {
 		t.Fatalf("destroy cq after the failed create qp: %v", err)
+	}
+}
+
+// TestDeregisterWaitsForTheBatch holds an engine's batch as the engine
+// does while it works: Deregister takes the region out of the table at
+// once, but returns only when the batch is over, since the batch may be
+// copying from the region.
+func TestDeregisterWaitsForTheBatch(t *testing.T) {
+	f := newFencePair(t)
+	mr, _ := f.mr(t, f.pb, 0)
+	key := mr.LKey()
+	e := f.b.engines[0]
+	e.batchMu.Lock()
+	done := make(chan error, 1)
+	go func() { done <- mr.Deregister() }()
+	for f.b.mrs.lookup(key) != nil {
+		runtime.Gosched()
+	}
+	select {
+	case err := <-done:
+		e.batchMu.Unlock()
+		t.Fatalf("Deregister returned (%v) while a batch was in progress", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	e.batchMu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
