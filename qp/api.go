@@ -326,6 +326,9 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64 // compare (CMP_SWAP) or add (FETCH_ADD)
 	Swap       uint64
+	// Inline, with SendInline, is the data to send, taken instead of
+	// what SG names (whose keys inline data does not need).
+	Inline []byte
 	// UD only.
 	AH         *AddressVector
 	RemoteQPN  uint32
@@ -448,6 +451,11 @@ type Memory interface {
 	// bounds and rights (AccessRemoteWrite, AccessRemoteRead,
 	// AccessRemoteAtomic).
 	Remote(rkey uint32, va uint64, length uint32, need Access) ([]byte, bool)
+	// Check reports whether Local (remote false) or Remote (remote
+	// true) would grant the access, without touching the bytes: the QP
+	// checks a whole message's range with it, then asks for the bytes
+	// of one packet at a time.
+	Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool
 	// Invalidate invalidates the memory window or region named by rkey
 	// (SEND_WITH_INV); it reports whether the key was valid.
 	Invalidate(rkey uint32) bool

@@ -49,6 +49,11 @@ func (m *fakeMem) Remote(rkey uint32, va uint64, length uint32, need Access) ([]
 	return m.lookup(rkey, va, length, need)
 }
 
+func (m *fakeMem) Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool {
+	_, ok := m.lookup(key, addr, length, need)
+	return ok
+}
+
 func (m *fakeMem) Invalidate(rkey uint32) bool {
 	if int(rkey) >= len(m.regions) || !m.regions[rkey].valid {
 		return false

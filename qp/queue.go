@@ -116,6 +116,12 @@ func (s *sendQueue) push(wr *SendWR, length uint32, inline bool, mem Memory) *se
 	if inline {
 		buf := s.inl[int(i)*s.maxInline : int(i)*s.maxInline+int(length)]
 		off := 0
+		if wr.Inline != nil {
+			copy(buf, wr.Inline)
+			w.inline = buf
+			s.tail++
+			return w
+		}
 		for _, sg := range wr.SG {
 			// Inline data is read at post time; a bad key is caught here.
 			if b, ok := mem.Local(sg.LKey, sg.Addr, sg.Length, 0); ok {

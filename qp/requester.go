@@ -157,14 +157,18 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 	if q.caps.MaxSendWR == 0 || q.sq.full() {
 		return fmt.Errorf("post send: %w", ErrQueueFull)
 	}
+	inline := wr.Flags&SendInline != 0 && !isRdAtomic(wr.Opcode)
 	var n uint64
-	for _, sg := range wr.SG {
-		n += uint64(sg.Length)
+	if inline && wr.Inline != nil {
+		n = uint64(len(wr.Inline))
+	} else {
+		for _, sg := range wr.SG {
+			n += uint64(sg.Length)
+		}
 	}
 	if n > maxMessage {
 		return fmt.Errorf("post send: length %d exceeds %d: %w", n, maxMessage, ErrInvalidWR)
 	}
-	inline := wr.Flags&SendInline != 0 && !isRdAtomic(wr.Opcode)
 	if inline && n > uint64(q.sq.maxInline) {
 		return fmt.Errorf("post send: inline length %d exceeds %d: %w", n, q.sq.maxInline, ErrInvalidWR)
 	}
@@ -240,7 +244,7 @@ func (q *QP) start(w *sendWQE) bool {
 				if sg.Length == 0 {
 					continue
 				}
-				if _, ok := q.mem.Local(sg.LKey, sg.Addr, sg.Length, need); !ok {
+				if !q.mem.Check(sg.LKey, sg.Addr, sg.Length, need, false) {
 					st = WCLocProtErr
 					break
 				}

@@ -679,7 +679,7 @@ func (q *QP) execWrite(p *bth.Packet) rerr {
 			return rAccess
 		}
 		if ref.dlen > 0 {
-			if b, ok := q.mem.Remote(ref.rkey, ref.va, ref.dlen, AccessRemoteWrite); !ok || uint32(len(b)) < ref.dlen {
+			if !q.mem.Check(ref.rkey, ref.va, ref.dlen, AccessRemoteWrite, true) {
 				return rAccess
 			}
 		}
@@ -746,7 +746,7 @@ func (q *QP) execRead(p *bth.Packet, psn bth.PSN) rerr {
 	}
 	src := memRef{rkey: reth.RKey(), va: reth.VA(), dlen: dl}
 	if dl > 0 {
-		if b, ok := q.mem.Remote(src.rkey, src.va, dl, AccessRemoteRead); !ok || uint32(len(b)) < dl {
+		if !q.mem.Check(src.rkey, src.va, dl, AccessRemoteRead, true) {
 			return rAccess
 		}
 	}
@@ -841,8 +841,7 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 		if src.dlen > 0 {
 			// The region may have gone since the READ was first
 			// executed: refused as a new READ would be.
-			b, ok := q.mem.Remote(src.rkey, src.va, src.dlen, AccessRemoteRead)
-			if !ok || uint32(len(b)) < src.dlen || q.attr.AccessFlags&AccessRemoteRead == 0 {
+			if !q.mem.Check(src.rkey, src.va, src.dlen, AccessRemoteRead, true) || q.attr.AccessFlags&AccessRemoteRead == 0 {
 				q.respFatal(psn, rAccess)
 				return
 			}

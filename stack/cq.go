@@ -16,7 +16,8 @@ import (
 // completions. Size CQs for all the work that can be outstanding.
 type CQ struct {
 	dev  *Device
-	uses uses // QPs using the CQ
+	uses uses   // QPs using the CQ
+	sink CQSink // where completions go instead of the ring, or nil
 
 	mu       sync.Mutex
 	ring     []WC
@@ -44,6 +45,40 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	}
 	d.cqs[c] = struct{}{}
 	d.cqMu.Unlock()
+	return c, nil
+}
+
+// CQSink takes a CQ's completions in place of the CQ's own ring: the
+// daemon's CQ rings in memory shared with its clients.
+type CQSink interface {
+	// Push stores one completion, or reports false when there is no
+	// room (the CQ is then overrun). Engines call it with a QP's lock
+	// held: it must not block, allocate or make a system call.
+	Push(wc *WC) bool
+	// Publish makes the completions stored so far visible, and does
+	// what their arrival calls for (a completion event). Each engine
+	// calls it at the end of a batch in which it pushed, holding no QP
+	// lock (Destroy and Deregister, which wait for the batch, then know
+	// that no Publish is under way); a verbs call that completes work
+	// requests (a QP moved to ERR) calls it before returning.
+	Publish()
+}
+
+// CreateCQWithSink creates a completion queue whose completions go to
+// sink (ibv_create_cq for a CQ whose ring lives elsewhere). Poll and Wait
+// on it find nothing; Destroy and the QP rules are those of any CQ.
+func (d *Device) CreateCQWithSink(n int, sink CQSink) (*CQ, error) {
+	if sink == nil {
+		return nil, fmt.Errorf("create cq: no sink: %w", ErrInvalidArg)
+	}
+	if n < 1 || n > d.attr.MaxCQE {
+		return nil, fmt.Errorf("create cq: %d entries, want 1 to %d: %w", n, d.attr.MaxCQE, ErrInvalidArg)
+	}
+	c, err := d.CreateCQ(1)
+	if err != nil {
+		return nil, err
+	}
+	c.sink = sink
 	return c, nil
 }
 
@@ -171,6 +206,15 @@ func (c *CQ) close() {
 
 // push adds a completion; it is called by engines with the QP locked.
 func (c *CQ) push(wc *WC) {
+	if c.sink != nil {
+		if !c.sink.Push(wc) {
+			c.mu.Lock()
+			c.overruns++
+			c.mu.Unlock()
+			c.dev.cqOverrun.Add(1)
+		}
+		return
+	}
 	c.mu.Lock()
 	if c.n == len(c.ring) {
 		c.overruns++

@@ -401,6 +401,7 @@ func (d *Device) Step() bool {
 		if e.step() {
 			work = true
 		}
+		e.publishNow()
 		e.batchMu.Unlock()
 	}
 	return work

@@ -47,6 +47,7 @@ type engine struct {
 	active   []*QP // QPs that have packets to send
 	timers   timerHeap
 	due      []*QP
+	publish  []*CQ // CQs with a sink pushed to in this batch
 	c        engineCounters
 	pub      engineCountersAtomic
 }
@@ -106,6 +107,7 @@ func (e *engine) run() {
 	for !e.stop.Load() {
 		e.batchMu.Lock()
 		work := e.step()
+		e.publishNow()
 		e.batchMu.Unlock()
 		if work {
 			idle = 0
@@ -289,6 +291,25 @@ func (e *engine) step() bool {
 	}
 	e.pub.publish(&e.c)
 	return work
+}
+
+// publishLater notes that c's sink must publish after the batch.
+func (e *engine) publishLater(c *CQ) {
+	for _, p := range e.publish {
+		if p == c {
+			return
+		}
+	}
+	e.publish = append(e.publish, c)
+}
+
+// publishNow publishes the completions the batch pushed to CQ sinks.
+func (e *engine) publishNow() {
+	for _, c := range e.publish {
+		c.sink.Publish()
+	}
+	clear(e.publish)
+	e.publish = e.publish[:0]
 }
 
 // acquire locks q for the engine.

@@ -93,6 +93,14 @@ type MR struct {
 // are drawn from a cryptographic generator: a 24-bit index and an 8-bit
 // key, so a peer cannot guess another region's R_Key.
 func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
+	return pd.RegisterMRAt(buf, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access)
+}
+
+// RegisterMRAt registers buf with the virtual address iova for its first
+// byte (ibv_reg_mr_iova2): SGEs and peers address the region by iova,
+// whatever buf's address is, as they do a client's memory that the
+// daemon maps elsewhere.
+func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("register mr: empty buffer: %w", ErrInvalidArg)
 	}
@@ -105,7 +113,11 @@ func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
 	if err := pd.use("register mr"); err != nil {
 		return nil, err
 	}
-	mr := &MR{pd: pd, buf: buf, va: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access: access}
+	if iova+uint64(len(buf)) < iova {
+		pd.uses.drop()
+		return nil, fmt.Errorf("register mr: iova %#x and length %d wrap: %w", iova, len(buf), ErrInvalidArg)
+	}
+	mr := &MR{pd: pd, buf: buf, va: iova, access: access}
 	if err := pd.dev.mrs.insert(mr); err != nil {
 		pd.uses.drop()
 		return nil, fmt.Errorf("register mr: %w", err)
@@ -262,6 +274,17 @@ func (m *pdMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([
 		return nil, false
 	}
 	return mr.slice(va, length)
+}
+
+// Check implements qp.Memory.
+func (m *pdMemory) Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool {
+	var ok bool
+	if remote {
+		_, ok = m.Remote(key, addr, length, need)
+	} else {
+		_, ok = m.Local(key, addr, length, need)
+	}
+	return ok
 }
 
 // Invalidate implements qp.Memory: it invalidates the region of this PD

@@ -123,6 +123,9 @@ type SendWR struct {
 	Remote     RemoteAddr
 	CompareAdd uint64 // compare (CMP_SWAP) or addend (FETCH_ADD)
 	Swap       uint64 // CMP_SWAP
+	// Inline, with SendInline, is the data itself, sent instead of
+	// what SG names (copied when the request is posted).
+	Inline []byte
 	// UD only.
 	AH         *AH
 	RemoteQPN  uint32
@@ -549,7 +552,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	s := &qp.SendWR{
 		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
-		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey, Inline: wr.Inline,
 	}
 	if wr.AH != nil {
 		if wr.AH.pd != q.pd {
@@ -667,9 +670,19 @@ type qpSink struct{ q *QP }
 
 // Complete implements qp.CompletionSink.
 func (s *qpSink) Complete(wc *WC, recv bool) {
+	c := s.q.sendCQ
 	if recv {
-		s.q.recvCQ.push(wc)
+		c = s.q.recvCQ
+	}
+	c.push(wc)
+	if c.sink == nil {
+		return
+	}
+	if s.q.inEngine {
+		s.q.eng.publishLater(c)
 	} else {
-		s.q.sendCQ.push(wc)
+		// A verbs call completing work (a QP moved to ERR): the caller
+		// holds the QP's lock, as engines do; completions are rare here.
+		c.sink.Publish()
 	}
 }
