@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 	"github.com/uroce/uroce/xdp"
 )
 
@@ -101,9 +102,10 @@ func (f *DeviceFlags) Faulty() bool {
 	return f.Drop > 0 || f.RxDrop > 0 || f.Dup > 0 || f.Reorder > 0
 }
 
-// Open opens the device. The links are wrapped with fault injection when
-// asked for.
-func (f *DeviceFlags) Open(ctx context.Context) (*stack.Device, error) {
+// Open opens the device, an in-process stack on the interface, and
+// returns its verbs (verbs.Local). The links are wrapped with fault
+// injection when asked for.
+func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if f.Interface == "" {
 		return nil, ErrNoInterface
 	}
@@ -130,13 +132,17 @@ func (f *DeviceFlags) Open(ctx context.Context) (*stack.Device, error) {
 		}
 		return l
 	}
-	return stack.Open(ctx, cfg)
+	d, err := stack.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return verbs.Local(d), nil
 }
 
 // Report writes, prefixed with prog, what the fault injection did and,
 // with Stats, the device's non-zero counters and the AF_XDP sockets'.
 // Call it before closing the device.
-func (f *DeviceFlags) Report(w io.Writer, prog string, d *stack.Device) {
+func (f *DeviceFlags) Report(w io.Writer, prog string, d verbs.Device) {
 	for _, fl := range f.faults {
 		st := fl.Stats()
 		fmt.Fprintf(w, "%s: fault injection: %d frames, %d dropped, %d duplicated, %d reordered\n",

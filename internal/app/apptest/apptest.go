@@ -12,6 +12,7 @@ import (
 
 	"github.com/uroce/uroce/internal/oob"
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 )
 
 // Addresses of the two devices.
@@ -22,9 +23,10 @@ var (
 	IPB  = netip.MustParseAddr("192.0.2.11")
 )
 
-// Pair is two devices joined by a pipe.
+// Pair is two devices joined by a pipe: in-process stacks, through their
+// verbs (verbs.StackDevice gives the stack devices back).
 type Pair struct {
-	A, B   *stack.Device
+	A, B   verbs.Device
 	FA, FB *stack.FaultLink // nil without faults
 }
 
@@ -43,16 +45,17 @@ func NewPair(t testing.TB, mtu int, faults *stack.FaultConfig) *Pair {
 		la, lb = p.FA, p.FB
 	}
 	nb := stack.StaticNeighbors{IPA: MACA, IPB: MACB}
-	var err error
-	p.A, err = stack.Open(context.Background(), stack.Config{Link: la, MAC: MACA, Addrs: []netip.Addr{IPA}, Neighbors: nb, Name: "uroceA"})
+	a, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: MACA, Addrs: []netip.Addr{IPA}, Neighbors: nb, Name: "uroceA"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.A = verbs.Local(a)
 	t.Cleanup(func() { p.A.Close() })
-	p.B, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: MACB, Addrs: []netip.Addr{IPB}, Neighbors: nb, Name: "uroceB"})
+	b, err := stack.Open(context.Background(), stack.Config{Link: lb, MAC: MACB, Addrs: []netip.Addr{IPB}, Neighbors: nb, Name: "uroceB"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.B = verbs.Local(b)
 	t.Cleanup(func() { p.B.Close() })
 	return p
 }

@@ -51,7 +51,7 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 					wr.Flags |= stack.SendSignaled
 				}
 				posted[totS] = s.now()
-				if err := q.PostSend(&wr); err != nil {
+				if err := q.PostSend(wr); err != nil {
 					return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
 				}
 				base := s.mr.Addr() + uint64(i)*s.buffSize
@@ -136,8 +136,7 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 			rcnt[i]++
 			total++
 			if postedPerQP[i]+1 <= iters {
-				wr := stack.RecvWR{ID: uint64(i), SG: []stack.SGE{{Addr: next[i], Length: uint32(size), LKey: s.mr.LKey()}}}
-				if err := s.qps[i].PostRecv(&wr); err != nil {
+				if err := s.qps[i].PostRecv(s.recvWRAt(i, next[i], size)); err != nil {
 					return pt.Report{}, fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, rcnt[i], err)
 				}
 				postedPerQP[i]++

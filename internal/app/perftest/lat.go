@@ -10,16 +10,17 @@ import (
 
 	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 )
 
 // pollOne waits for one completion on cq.
-func (s *session) pollOne(cq *stack.CQ) (stack.WC, error) {
+func (s *session) pollOne(cq verbs.CQ) (verbs.WC, error) {
 	for {
 		if cq.Poll(s.wcs[:1]) == 1 {
 			return s.wcs[0], nil
 		}
 		if err := cq.Wait(s.ctx); err != nil {
-			return stack.WC{}, fmt.Errorf("poll CQ failed: %w", err)
+			return verbs.WC{}, fmt.Errorf("poll CQ failed: %w", err)
 		}
 	}
 }
@@ -47,7 +48,7 @@ const busySpin = 100 * time.Microsecond
 // mode only kept a CPU from the engines, and on a two-CPU host with both
 // peers on it raised the 99th percentile (measured with uroce perf write
 // --lat between two namespaces).
-func (s *session) waitByte(q *stack.QP, off uint64, want byte) error {
+func (s *session) waitByte(q verbs.QP, off uint64, want byte) error {
 	word := (*uint32)(unsafe.Pointer(&s.buf[off&^3]))
 	shift := 8 * (off & 3)
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
@@ -82,7 +83,7 @@ func (s *session) waitByte(q *stack.QP, off uint64, want byte) error {
 }
 
 // waitErr says why waitByte must stop waiting, if it must.
-func (s *session) waitErr(q *stack.QP) error {
+func (s *session) waitErr(q verbs.QP) error {
 	if err := s.ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for the peer's write: %w", err)
 	}
@@ -117,7 +118,7 @@ func (s *session) runLatWrite(size uint64) ([]int64, error) {
 			s.buf[postOff] = byte(scnt)
 			wr := s.opWR(0, s.mr.Addr(), s.remote[0].VAddr, size)
 			wr.Flags = stack.SendSignaled
-			if err := q.PostSend(&wr); err != nil {
+			if err := q.PostSend(wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 			}
 		}
@@ -157,7 +158,7 @@ func (s *session) runLatRead(size uint64) ([]int64, error) {
 		scnt++
 		wr := s.opWR(0, s.mr.Addr(), s.remote[0].VAddr, size)
 		wr.Flags = stack.SendSignaled
-		if err := q.PostSend(&wr); err != nil {
+		if err := q.PostSend(wr); err != nil {
 			return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
 		wc, err := s.pollOne(s.sendCQ)
@@ -193,8 +194,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 			}
 			rcnt++
 			if rcnt+perQP <= iters {
-				wr := stack.RecvWR{ID: 0, SG: []stack.SGE{{Addr: s.recvBase(0), Length: uint32(size), LKey: s.mr.LKey()}}}
-				if err := q.PostRecv(&wr); err != nil {
+				if err := q.PostRecv(s.recvWRAt(0, s.recvBase(0), size)); err != nil {
 					return nil, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
 				}
 			}
@@ -207,7 +207,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 			if signaled {
 				wr.Flags = stack.SendSignaled
 			}
-			if err := q.PostSend(&wr); err != nil {
+			if err := q.PostSend(wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 			}
 			if signaled {

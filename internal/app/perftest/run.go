@@ -14,6 +14,7 @@ import (
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 )
 
 // Result reports a finished run.
@@ -37,17 +38,17 @@ var ErrCompletion = errors.New("completion with error")
 type session struct {
 	ctx    context.Context // of Run: the hooks take none
 	cfg    Config
-	dev    *stack.Device
+	dev    verbs.Device
 	agreed pt.Agreed
 	gidIdx int
 	gid    netip.Addr
 
-	pd     *stack.PD
-	buf    []byte
-	mr     *stack.MR
-	sendCQ *stack.CQ
-	recvCQ *stack.CQ
-	qps    []*stack.QP
+	pd     verbs.PD
+	buf    []byte // from dev.AllocBuffer
+	mr     verbs.MR
+	sendCQ verbs.CQ
+	recvCQ verbs.CQ
+	qps    []verbs.QP
 	local  []pt.Dest
 	remote []pt.Dest
 
@@ -59,7 +60,12 @@ type session struct {
 	res       *Result
 	initial   []byte // the buffer before the test (Verify)
 	start     time.Time
-	wcs       []stack.WC
+	wcs       []verbs.WC
+	// The work requests posted, kept here so that posting them through
+	// the interfaces allocates nothing.
+	sendWR         verbs.SendWR
+	recvWR         verbs.RecvWR
+	sendSG, recvSG [1]verbs.SGE
 }
 
 // now returns nanoseconds since the session started.
@@ -67,7 +73,7 @@ func (s *session) now() int64 { return int64(time.Since(s.start)) }
 
 // Run runs the configured tool on dev and returns what happened. It prints
 // what the stock tool prints to Stdout, and its error messages to Stderr.
-func Run(ctx context.Context, dev *stack.Device, cfg Config) (*Result, error) {
+func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 	res := &Result{}
 	if err := cfg.normalize(); err != nil {
 		return res, err
@@ -221,7 +227,9 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
 	}
-	s.buf = make([]byte, total)
+	if s.buf, err = s.dev.AllocBuffer(int(total)); err != nil {
+		return nil, fmt.Errorf("couldn't allocate work buf: %w", err)
+	}
 	if !(verb == pt.Write && !cfg.Tool.BW()) {
 		// Random contents, as perftest fills every buffer but
 		// ib_write_lat's.
@@ -231,7 +239,7 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 		rng.Read(s.buf)
 	}
 	access := stack.AccessLocalWrite
-	qpAccess := stack.Access(0)
+	qpAccess := verbs.Access(0)
 	switch verb {
 	case pt.Write:
 		access |= stack.AccessRemoteWrite
@@ -257,15 +265,15 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 			return nil, fmt.Errorf("couldn't create a receiver CQ: %w", err)
 		}
 	}
-	s.wcs = make([]stack.WC, 16)
+	s.wcs = make([]verbs.WC, 16)
 	for i := 0; i < cfg.QPs; i++ {
-		q, err := s.pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		q, err := s.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, InfiniteRetry7: cfg.InfiniteRetry})
 		if err != nil {
 			return nil, fmt.Errorf("unable to create QP: %w", err)
 		}
 		s.qps = append(s.qps, q)
-		if err := q.ToInit(stack.InitAttr{AccessFlags: qpAccess}); err != nil {
+		if err := q.ToInit(verbs.InitAttr{AccessFlags: qpAccess}); err != nil {
 			return nil, fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 		rkey := s.mr.RKey()
@@ -377,9 +385,9 @@ func (s *session) connect(remote []pt.Dest) error {
 	}
 	for i, q := range s.qps {
 		r := remote[i]
-		rtr := stack.RTRAttr{
-			DestQPN: r.QPN, AH: stack.AHAttr{DGID: netip.AddrFrom16(r.GID), SGIDIndex: s.gidIdx},
-			RQPSN: stack.PSN(r.PSN), PathMTU: stack.MTU(s.agreed.MTU),
+		rtr := verbs.RTRAttr{
+			DestQPN: r.QPN, AH: verbs.AHAttr{DGID: netip.AddrFrom16(r.GID), SGIDIndex: s.gidIdx},
+			RQPSN: verbs.PSN(r.PSN), PathMTU: verbs.MTU(s.agreed.MTU),
 			MaxDestRdAtomic: uint8(s.outReads), MinRNRTimer: minRNRTimer,
 		}
 		if err := q.ToRTR(rtr); err != nil {
@@ -387,7 +395,7 @@ func (s *session) connect(remote []pt.Dest) error {
 		}
 		if cfg.Client || !cfg.Tool.BW() {
 			maxRd := min(int(r.OutReads), s.dev.Query().MaxQPInitRdAtom)
-			rts := stack.RTSAttr{SQPSN: stack.PSN(s.local[i].PSN), Timeout: uint8(cfg.QPTimeout),
+			rts := verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN), Timeout: uint8(cfg.QPTimeout),
 				RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: uint8(maxRd)}
 			if err := q.ToRTS(rts); err != nil {
 				return fmt.Errorf("failed to modify QP to RTS: %w", err)
@@ -432,7 +440,7 @@ func (s *session) postRecvs(r int) error {
 		base := s.recvBase(i)
 		addr := base
 		for j := 0; j < cfg.RxDepth; j++ {
-			if err := q.PostRecv(&stack.RecvWR{ID: uint64(i), SG: []stack.SGE{{Addr: addr, Length: uint32(size), LKey: s.mr.LKey()}}}); err != nil {
+			if err := q.PostRecv(s.recvWRAt(i, addr, size)); err != nil {
 				return fmt.Errorf("couldn't post recv Qp = %d: counter=%d: %w", i, j, err)
 			}
 			if cfg.Tool.BW() {
@@ -441,6 +449,14 @@ func (s *session) postRecvs(r int) error {
 		}
 	}
 	return nil
+}
+
+// recvWRAt returns QP i's receive work request for size bytes at addr.
+// It is the session's one: post it before asking for another.
+func (s *session) recvWRAt(i int, addr, size uint64) *verbs.RecvWR {
+	s.recvSG[0] = verbs.SGE{Addr: addr, Length: uint32(size), LKey: s.mr.LKey()}
+	s.recvWR = verbs.RecvWR{ID: uint64(i), SG: s.recvSG[:]}
+	return &s.recvWR
 }
 
 // recvBase is the first receive address of QP i.
@@ -516,7 +532,7 @@ func (s *session) run(r int) error {
 }
 
 // poll waits for completions on cq and returns them.
-func (s *session) poll(ctx context.Context, cq *stack.CQ) ([]stack.WC, error) {
+func (s *session) poll(ctx context.Context, cq verbs.CQ) ([]verbs.WC, error) {
 	for {
 		if n := cq.Poll(s.wcs); n > 0 {
 			return s.wcs[:n], nil
@@ -528,23 +544,26 @@ func (s *session) poll(ctx context.Context, cq *stack.CQ) ([]stack.WC, error) {
 }
 
 // sendFailed reports a failed send completion as NOTIFY_COMP_ERROR_SEND.
-func (s *session) sendFailed(wc *stack.WC, scnt, ccnt uint64) error {
+func (s *session) sendFailed(wc *verbs.WC, scnt, ccnt uint64) error {
 	fmt.Fprintf(s.cfg.Stderr, " Completion with error at client\n Failed status %d: wr_id %d syndrom 0x%x\nscnt=%d, ccnt=%d\n",
 		int(wc.Status), int(wc.ID), wc.VendErr, scnt, ccnt)
 	return fmt.Errorf("%w: %s (%d)", ErrCompletion, wc.Status, int(wc.Status))
 }
 
 // recvFailed reports a failed receive completion as NOTIFY_COMP_ERROR_RECV.
-func (s *session) recvFailed(wc *stack.WC, rcnt uint64) error {
+func (s *session) recvFailed(wc *verbs.WC, rcnt uint64) error {
 	fmt.Fprintf(s.cfg.Stderr, " Completion with error at server\n Failed status %d: wr_id %d syndrom 0x%x\n rcnt=%d\n",
 		int(wc.Status), int(wc.ID), wc.VendErr, rcnt)
 	return fmt.Errorf("%w: %s (%d)", ErrCompletion, wc.Status, int(wc.Status))
 }
 
-// opWR returns QP i's work request for the tool's operation.
-func (s *session) opWR(i int, local, remote uint64, size uint64) stack.SendWR {
+// opWR returns QP i's work request for the tool's operation. It is the
+// session's one: post it before asking for another.
+func (s *session) opWR(i int, local, remote uint64, size uint64) *verbs.SendWR {
 	cfg := &s.cfg
-	wr := stack.SendWR{ID: uint64(i), SG: []stack.SGE{{Addr: local, Length: uint32(size), LKey: s.mr.LKey()}}}
+	s.sendSG[0] = verbs.SGE{Addr: local, Length: uint32(size), LKey: s.mr.LKey()}
+	wr := &s.sendWR
+	*wr = verbs.SendWR{ID: uint64(i), SG: s.sendSG[:]}
 	rkey := s.remote[i].RKey
 	if cfg.BadRKey && cfg.Client {
 		rkey = badKey(rkey)
@@ -552,12 +571,12 @@ func (s *session) opWR(i int, local, remote uint64, size uint64) stack.SendWR {
 	switch cfg.verb() {
 	case pt.Write:
 		wr.Op = stack.OpWrite
-		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+		wr.Remote = verbs.RemoteAddr{Addr: remote, RKey: rkey}
 	case pt.Read:
 		wr.Op = stack.OpRead
-		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+		wr.Remote = verbs.RemoteAddr{Addr: remote, RKey: rkey}
 	case pt.Atomic:
-		wr.Remote = stack.RemoteAddr{Addr: remote, RKey: rkey}
+		wr.Remote = verbs.RemoteAddr{Addr: remote, RKey: rkey}
 		if cfg.CmpSwap {
 			wr.Op, wr.Swap = stack.OpCompareSwap, swapValue
 		} else {
@@ -581,6 +600,9 @@ func (s *session) close() {
 	}
 	if s.mr != nil {
 		s.mr.Deregister()
+	}
+	if s.buf != nil {
+		s.dev.FreeBuffer(s.buf)
 	}
 	if s.pd != nil {
 		s.pd.Dealloc()

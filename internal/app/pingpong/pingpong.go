@@ -14,6 +14,7 @@ import (
 	pp "github.com/uroce/uroce/internal/oob/pingpong"
 	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 )
 
 // The work request IDs the tools use.
@@ -146,7 +147,7 @@ func (c *Config) normalize() error {
 	return nil
 }
 
-func mtuEnum(n int) stack.MTU {
+func mtuEnum(n int) verbs.MTU {
 	for m := stack.MTU256; m <= stack.MTU4096; m++ {
 		if m.Bytes() == n {
 			return m
@@ -158,25 +159,30 @@ func mtuEnum(n int) stack.MTU {
 // session holds one run's verbs objects.
 type session struct {
 	cfg    Config
-	dev    *stack.Device
-	pd     *stack.PD
-	buf    []byte
-	mr     *stack.MR
-	cq     *stack.CQ
-	srq    *stack.SRQ
-	qps    []*stack.QP
-	ah     *stack.AH
+	dev    verbs.Device
+	pd     verbs.PD
+	buf    []byte // from dev.AllocBuffer
+	mr     verbs.MR
+	cq     verbs.CQ
+	srq    verbs.SRQ
+	qps    []verbs.QP
+	ah     verbs.AH
 	gidIdx int
 	local  []pp.Dest
 	remote []pp.Dest
 	// pattern is what every received message must hold (Verify).
 	pattern []byte
+	// The work requests posted, kept here so that posting them through
+	// the interfaces allocates nothing.
+	recvWR         verbs.RecvWR
+	sendWR         verbs.SendWR
+	recvSG, sendSG [1]verbs.SGE
 }
 
 // Run runs the configured tool on dev and returns what happened. Errors
 // carry the stock tool's message where it has one; Run also prints the
 // "Failed status" line for a failed completion to Stderr, as the tools do.
-func Run(ctx context.Context, dev *stack.Device, cfg Config) (Result, error) {
+func Run(ctx context.Context, dev verbs.Device, cfg Config) (Result, error) {
 	var res Result
 	if err := cfg.normalize(); err != nil {
 		return res, err
@@ -289,7 +295,9 @@ func (s *session) setup() error {
 		return fmt.Errorf("couldn't allocate PD: %w", err)
 	}
 	n := cfg.Size + s.dataOffset()
-	s.buf = make([]byte, n)
+	if s.buf, err = s.dev.AllocBuffer(n); err != nil {
+		return fmt.Errorf("couldn't allocate work buf: %w", err)
+	}
 	fill := byte(0x7b)
 	if cfg.Tool == pp.SRQ {
 		fill = 0
@@ -323,10 +331,10 @@ func (s *session) setup() error {
 	case pp.UD:
 		typ = stack.UD
 	}
-	init := stack.QPInit{Type: typ, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 1, MaxRecvWR: cfg.RxDepth,
+	init := verbs.QPInit{Type: typ, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 1, MaxRecvWR: cfg.RxDepth,
 		InfiniteRetry7: cfg.InfiniteRetry}
 	if cfg.Tool == pp.SRQ {
-		if s.srq, err = s.pd.CreateSRQ(stack.SRQInit{MaxWR: cfg.RxDepth, MaxSGE: 1}); err != nil {
+		if s.srq, err = s.pd.CreateSRQ(verbs.SRQInit{MaxWR: cfg.RxDepth, MaxSGE: 1}); err != nil {
 			return fmt.Errorf("couldn't create SRQ: %w", err)
 		}
 		init.SRQ = s.srq
@@ -337,7 +345,7 @@ func (s *session) setup() error {
 			return fmt.Errorf("couldn't create QP[%d]: %w", i, err)
 		}
 		s.qps = append(s.qps, q)
-		ia := stack.InitAttr{}
+		ia := verbs.InitAttr{}
 		if typ == stack.UD {
 			ia.QKey = QKey
 		}
@@ -354,7 +362,7 @@ func (s *session) setup() error {
 	return nil
 }
 
-func firstIPv4GID(dev *stack.Device) int {
+func firstIPv4GID(dev verbs.Device) int {
 	for i, g := range dev.GIDs() {
 		if g.Is4In6() {
 			return i
@@ -372,13 +380,14 @@ func randPSN() uint32 {
 // postRecv posts n receives covering the whole buffer, to the QP or the
 // SRQ, and returns how many were posted.
 func (s *session) postRecv(n int) int {
-	wr := stack.RecvWR{ID: recvWRID, SG: []stack.SGE{s.mr.SGE(0, uint32(len(s.buf)))}}
+	s.recvSG[0] = s.mr.SGE(0, uint32(len(s.buf)))
+	s.recvWR = verbs.RecvWR{ID: recvWRID, SG: s.recvSG[:]}
 	for i := 0; i < n; i++ {
 		var err error
 		if s.srq != nil {
-			err = s.srq.PostRecv(&wr)
+			err = s.srq.PostRecv(&s.recvWR)
 		} else {
-			err = s.qps[0].PostRecv(&wr)
+			err = s.qps[0].PostRecv(&s.recvWR)
 		}
 		if err != nil {
 			return i
@@ -387,14 +396,15 @@ func (s *session) postRecv(n int) int {
 	return n
 }
 
-func (s *session) postSend(q *stack.QP) error {
+func (s *session) postSend(q verbs.QP) error {
 	off := s.dataOffset()
-	wr := stack.SendWR{ID: sendWRID, Op: stack.OpSend, Flags: stack.SendSignaled,
-		SG: []stack.SGE{s.mr.SGE(uint64(off), uint32(s.cfg.Size))}}
+	s.sendSG[0] = s.mr.SGE(uint64(off), uint32(s.cfg.Size))
+	wr := &s.sendWR
+	*wr = verbs.SendWR{ID: sendWRID, Op: stack.OpSend, Flags: stack.SendSignaled, SG: s.sendSG[:]}
 	if s.ah != nil {
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ah, s.remote[0].QPN, QKey
 	}
-	if err := q.PostSend(&wr); err != nil {
+	if err := q.PostSend(wr); err != nil {
 		return fmt.Errorf("couldn't post send: %w", err)
 	}
 	return nil
@@ -412,20 +422,20 @@ func (s *session) connect(remote []pp.Dest) error {
 	if binary.BigEndian.Uint64(remote[0].GID[8:]) == 0 {
 		return fmt.Errorf("remote GID %v has no interface ID: RoCE needs the peer to give -g", rgid)
 	}
-	ah := stack.AHAttr{DGID: rgid, SGIDIndex: s.gidIdx}
+	ah := verbs.AHAttr{DGID: rgid, SGIDIndex: s.gidIdx}
 	for i, q := range s.qps {
-		var rtr stack.RTRAttr
-		var rts stack.RTSAttr
+		var rtr verbs.RTRAttr
+		var rts verbs.RTSAttr
 		switch cfg.Tool {
 		case pp.RC, pp.SRQ:
-			rtr = stack.RTRAttr{DestQPN: remote[i].QPN, AH: ah, RQPSN: stack.PSN(remote[i].PSN),
+			rtr = verbs.RTRAttr{DestQPN: remote[i].QPN, AH: ah, RQPSN: verbs.PSN(remote[i].PSN),
 				PathMTU: mtuEnum(cfg.MTU), MaxDestRdAtomic: 1, MinRNRTimer: 12}
-			rts = stack.RTSAttr{SQPSN: stack.PSN(s.local[i].PSN), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
+			rts = verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		case pp.UC:
-			rtr = stack.RTRAttr{DestQPN: remote[i].QPN, AH: ah, RQPSN: stack.PSN(remote[i].PSN), PathMTU: mtuEnum(cfg.MTU)}
-			rts = stack.RTSAttr{SQPSN: stack.PSN(s.local[i].PSN)}
+			rtr = verbs.RTRAttr{DestQPN: remote[i].QPN, AH: ah, RQPSN: verbs.PSN(remote[i].PSN), PathMTU: mtuEnum(cfg.MTU)}
+			rts = verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN)}
 		case pp.UD:
-			rts = stack.RTSAttr{SQPSN: stack.PSN(s.local[i].PSN)}
+			rts = verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN)}
 		}
 		if err := q.ToRTR(rtr); err != nil {
 			return fmt.Errorf("failed to modify QP to RTR: %w", err)
@@ -446,7 +456,7 @@ func (s *session) connect(remote []pp.Dest) error {
 
 // failed reports a failed completion the way the tools do. rcnt is the
 // number of messages received so far.
-func (s *session) failed(wc *stack.WC, rcnt int) error {
+func (s *session) failed(wc *verbs.WC, rcnt int) error {
 	fmt.Fprintf(s.cfg.Stderr, "Failed status %s (%d) for wr_id %d\n", wc.Status, int(wc.Status), int(wc.ID))
 	err := fmt.Errorf("%w: %s (%d) for wr_id %d", ErrStatus, wc.Status, int(wc.Status), int(wc.ID))
 	if wc.ID == sendWRID && wc.Status == qp.WCRetryExcErr && rcnt >= s.cfg.Iters {
@@ -464,7 +474,7 @@ const PeerLeftHint = "all the peer's messages arrived: the peer may have left be
 
 // checkRecv verifies a received message when Verify is on. It is called
 // after the receive completed and before anything else writes the buffer.
-func (s *session) checkRecv(wc *stack.WC, res *Result) {
+func (s *session) checkRecv(wc *verbs.WC, res *Result) {
 	if !s.cfg.Verify {
 		return
 	}
@@ -483,7 +493,7 @@ func (s *session) checkRecv(wc *stack.WC, res *Result) {
 }
 
 // wait blocks until the CQ has completions and polls up to len(wcs).
-func (s *session) wait(ctx context.Context, wcs []stack.WC) (int, error) {
+func (s *session) wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 	for {
 		if n := s.cq.Poll(wcs); n > 0 {
 			return n, nil
@@ -515,7 +525,7 @@ func (s *session) loop(ctx context.Context, res *Result) error {
 	}
 	start := time.Now()
 	scnt, rcnt := 0, 0
-	var wcs [2]stack.WC
+	var wcs [2]verbs.WC
 	for rcnt < cfg.Iters || scnt < cfg.Iters {
 		n, err := s.wait(ctx, wcs[:])
 		if err != nil {
@@ -580,7 +590,7 @@ func (s *session) loopSRQ(ctx context.Context, res *Result) error {
 	routs := cfg.RxDepth
 	start := time.Now()
 	scnt, rcnt := 0, 0
-	wcs := make([]stack.WC, cfg.NumQP+cfg.RxDepth)
+	wcs := make([]verbs.WC, cfg.NumQP+cfg.RxDepth)
 	for rcnt < cfg.Iters || scnt < cfg.Iters {
 		n, err := s.wait(ctx, wcs)
 		if err != nil {
@@ -630,7 +640,8 @@ func (s *session) loopSRQ(ctx context.Context, res *Result) error {
 }
 
 // close destroys what setup created; once the QPs are destroyed no
-// engine touches the buffer.
+// engine touches the buffer, and once its region is deregistered it goes
+// back to the device.
 func (s *session) close() {
 	for _, q := range s.qps {
 		q.Destroy()
@@ -646,6 +657,9 @@ func (s *session) close() {
 	}
 	if s.mr != nil {
 		s.mr.Deregister()
+	}
+	if s.buf != nil {
+		s.dev.FreeBuffer(s.buf)
 	}
 	if s.pd != nil {
 		s.pd.Dealloc()
