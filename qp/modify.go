@@ -302,3 +302,7 @@ func (q *QP) Query() Attr {
 	a.State, a.CurState = q.state, q.state
 	return a
 }
+
+// PSNs returns the PSN the next new request takes and the PSN the
+// responder expects next (rdma resource's sq-psn and rq-psn).
+func (q *QP) PSNs() (send, expected bth.PSN) { return q.nextPSN, q.ePSN }

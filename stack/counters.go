@@ -61,25 +61,57 @@ func (d *Device) Counters() Counters {
 // the QP sums (whose sent_pkts and rcvd_pkts are left out: the device's
 // count the same packets).
 func (c *Counters) Each(f func(name string, v uint64)) {
-	f("rcvd_pkts", c.RcvdPkts)
-	f("sent_pkts", c.SentPkts)
-	f("rcv_icrc_err", c.RcvICRCErr)
-	f("rcv_malformed", c.RcvMalformed)
-	f("rcv_not_roce", c.RcvNotRoCE)
-	f("rcv_unsupported", c.RcvUnsupported)
-	f("rcv_not_ours", c.RcvNotOurs)
-	f("rcv_unknown_qpn", c.RcvUnknownQPN)
-	f("rcv_addr_err", c.RcvAddrErr)
-	f("rcv_steered", c.RcvSteered)
-	f("rcv_steer_drop", c.RcvSteerDrop)
-	f("tx_encode_err", c.TxEncodeErr)
-	f("ack_coalesced", c.AckCoalesced)
-	f("cq_overrun", c.CQOverrun)
+	for _, fl := range deviceCounterFields {
+		f(fl.name, *fl.get(c))
+	}
 	EachQPCounter(&c.QP, func(name string, v uint64) {
 		if name != "sent_pkts" && name != "rcvd_pkts" {
 			f(name, v)
 		}
 	})
+}
+
+// Set sets the counter of the given name, as Each names it, and reports
+// whether there is one: for counters that come from elsewhere (the
+// daemon's).
+func (c *Counters) Set(name string, v uint64) bool {
+	for _, fl := range deviceCounterFields {
+		if fl.name == name {
+			*fl.get(c) = v
+			return true
+		}
+	}
+	if name == "sent_pkts" || name == "rcvd_pkts" {
+		return false
+	}
+	for _, fl := range qpCounterFields {
+		if fl.name == name {
+			*fl.get(&c.QP) = v
+			return true
+		}
+	}
+	return false
+}
+
+// deviceCounterFields names the device's own counters.
+var deviceCounterFields = []struct {
+	name string
+	get  func(*Counters) *uint64
+}{
+	{"rcvd_pkts", func(c *Counters) *uint64 { return &c.RcvdPkts }},
+	{"sent_pkts", func(c *Counters) *uint64 { return &c.SentPkts }},
+	{"rcv_icrc_err", func(c *Counters) *uint64 { return &c.RcvICRCErr }},
+	{"rcv_malformed", func(c *Counters) *uint64 { return &c.RcvMalformed }},
+	{"rcv_not_roce", func(c *Counters) *uint64 { return &c.RcvNotRoCE }},
+	{"rcv_unsupported", func(c *Counters) *uint64 { return &c.RcvUnsupported }},
+	{"rcv_not_ours", func(c *Counters) *uint64 { return &c.RcvNotOurs }},
+	{"rcv_unknown_qpn", func(c *Counters) *uint64 { return &c.RcvUnknownQPN }},
+	{"rcv_addr_err", func(c *Counters) *uint64 { return &c.RcvAddrErr }},
+	{"rcv_steered", func(c *Counters) *uint64 { return &c.RcvSteered }},
+	{"rcv_steer_drop", func(c *Counters) *uint64 { return &c.RcvSteerDrop }},
+	{"tx_encode_err", func(c *Counters) *uint64 { return &c.TxEncodeErr }},
+	{"ack_coalesced", func(c *Counters) *uint64 { return &c.AckCoalesced }},
+	{"cq_overrun", func(c *Counters) *uint64 { return &c.CQOverrun }},
 }
 
 // Map returns the counters by name.

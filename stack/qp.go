@@ -101,6 +101,24 @@ const (
 	WCWithGRH = qp.WCWithGRH
 	WCWithImm = qp.WCWithImm
 	WCWithInv = qp.WCWithInv
+
+	AttrState           = qp.AttrState
+	AttrCurState        = qp.AttrCurState
+	AttrAccessFlags     = qp.AttrAccessFlags
+	AttrPKeyIndex       = qp.AttrPKeyIndex
+	AttrPort            = qp.AttrPort
+	AttrQKey            = qp.AttrQKey
+	AttrAV              = qp.AttrAV
+	AttrPathMTU         = qp.AttrPathMTU
+	AttrTimeout         = qp.AttrTimeout
+	AttrRetryCnt        = qp.AttrRetryCnt
+	AttrRNRRetry        = qp.AttrRNRRetry
+	AttrRQPSN           = qp.AttrRQPSN
+	AttrMaxQPRdAtomic   = qp.AttrMaxQPRdAtomic
+	AttrMinRNRTimer     = qp.AttrMinRNRTimer
+	AttrSQPSN           = qp.AttrSQPSN
+	AttrMaxDestRdAtomic = qp.AttrMaxDestRdAtomic
+	AttrDestQPN         = qp.AttrDestQPN
 )
 
 // RemoteAddr names remote memory: a virtual address and an R_Key.
@@ -429,14 +447,21 @@ type InitAttr struct {
 
 // ToInit moves the QP from RESET to INIT.
 func (q *QP) ToInit(a InitAttr) error {
+	attr, mask := InitTransition(q.init.Type, a)
+	return q.Modify(&attr, mask)
+}
+
+// InitTransition returns the attributes and mask of the RESET→INIT
+// transition of a QP of type t (what ToInit passes to Modify).
+func InitTransition(t QPType, a InitAttr) (QPAttr, AttrMask) {
 	attr := QPAttr{State: StateInit, PKeyIndex: a.PKeyIndex, Port: 1, AccessFlags: a.AccessFlags, QKey: a.QKey}
 	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
-	if q.init.Type == UD {
+	if t == UD {
 		mask |= qp.AttrQKey
 	} else {
 		mask |= qp.AttrAccessFlags
 	}
-	return q.Modify(&attr, mask)
+	return attr, mask
 }
 
 // RTRAttr are the attributes of the INIT→RTR transition. UD QPs use none.
@@ -451,19 +476,26 @@ type RTRAttr struct {
 
 // ToRTR moves the QP from INIT to RTR.
 func (q *QP) ToRTR(a RTRAttr) error {
+	attr, mask := RTRTransition(q.init.Type, a, q.dev.attr.ActiveMTU)
+	return q.Modify(&attr, mask)
+}
+
+// RTRTransition returns the attributes and mask of the INIT→RTR
+// transition of a QP of type t on a port of the given active MTU.
+func RTRTransition(t QPType, a RTRAttr, active MTU) (QPAttr, AttrMask) {
 	attr := QPAttr{State: StateRTR, DestQPN: a.DestQPN, AH: a.AH, RQPSN: a.RQPSN, PathMTU: a.PathMTU,
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer}
 	if attr.PathMTU == 0 {
-		attr.PathMTU = q.dev.attr.ActiveMTU
+		attr.PathMTU = active
 	}
 	mask := qp.AttrState
-	switch q.init.Type {
+	switch t {
 	case RC:
 		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
 	case UC:
 		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
 	}
-	return q.Modify(&attr, mask)
+	return attr, mask
 }
 
 // RTSAttr are the attributes of the RTR→RTS transition.
@@ -477,13 +509,20 @@ type RTSAttr struct {
 
 // ToRTS moves the QP from RTR to RTS.
 func (q *QP) ToRTS(a RTSAttr) error {
+	attr, mask := RTSTransition(q.init.Type, a)
+	return q.Modify(&attr, mask)
+}
+
+// RTSTransition returns the attributes and mask of the RTR→RTS
+// transition of a QP of type t.
+func RTSTransition(t QPType, a RTSAttr) (QPAttr, AttrMask) {
 	attr := QPAttr{State: StateRTS, SQPSN: a.SQPSN, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
 		RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic}
 	mask := qp.AttrState | qp.AttrSQPSN
-	if q.init.Type == RC {
+	if t == RC {
 		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
 	}
-	return q.Modify(&attr, mask)
+	return attr, mask
 }
 
 // ToErr moves the QP to ERR: outstanding work completes with flush errors.
@@ -685,4 +724,25 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 		// holds the QP's lock, as engines do; completions are rare here.
 		c.sink.Publish()
 	}
+}
+
+// QPStatus is what `uroce stat` shows of a QP, as `rdma resource show
+// qp` does.
+type QPStatus struct {
+	QPN      uint32
+	Type     QPType
+	State    QPState
+	SQPSN    PSN // the PSN of the next new request
+	RQPSN    PSN // the PSN expected next
+	DestQPN  uint32
+	Counters qp.Counters
+}
+
+// Status returns the QP's state, current PSNs and counters.
+func (q *QP) Status() QPStatus {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := QPStatus{QPN: q.qpn, Type: q.init.Type, State: q.q.State(), DestQPN: q.q.Query().DestQPN, Counters: q.ctr}
+	s.SQPSN, s.RQPSN = q.q.PSNs()
+	return s
 }
