@@ -494,9 +494,9 @@ type CreateAHResp struct {
 	DMAC [6]byte
 }
 
-// Stat asks for the daemon's counters; the response body is JSON (see
-// SPEC.md). QPN 0 asks for all QPs.
-type Stat struct {
+// StatReq asks for the daemon's counters; the response body is a Stat
+// as JSON (see SPEC.md). QPN 0 asks for all QPs, ^0 for none.
+type StatReq struct {
 	Flags uint32
 	QPN   uint32
 }

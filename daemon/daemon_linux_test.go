@@ -1,0 +1,305 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/client"
+	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
+)
+
+var (
+	macA = [6]byte{2, 0, 0, 0, 0, 0xa}
+	macB = [6]byte{2, 0, 0, 0, 0, 0xb}
+	ipA  = netip.MustParseAddr("192.0.2.1")
+	ipB  = netip.MustParseAddr("192.0.2.2")
+)
+
+// pair is two devices joined by the in-memory pipe, each served by a
+// daemon on a socket of its own.
+type pair struct {
+	a, b   *stack.Device
+	sa, sb *daemon.Server
+}
+
+func newPair(t *testing.T) *pair {
+	t.Helper()
+	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
+	p := &pair{}
+	var err error
+	if p.a, err = stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb}); err != nil {
+		t.Fatal(err)
+	}
+	if p.b, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p.sa = serve(t, p.a, filepath.Join(dir, "a.sock"))
+	p.sb = serve(t, p.b, filepath.Join(dir, "b.sock"))
+	t.Cleanup(func() {
+		p.sa.Shutdown()
+		p.sb.Shutdown()
+		p.a.Close()
+		p.b.Close()
+	})
+	return p
+}
+
+func serve(t *testing.T, d *stack.Device, sock string) *daemon.Server {
+	t.Helper()
+	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	return s
+}
+
+func open(t *testing.T, s *daemon.Server) *client.Device {
+	t.Helper()
+	d, err := client.Open(context.Background(), s.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// end is one side's objects.
+type end struct {
+	dev verbs.Device
+	pd  verbs.PD
+	cq  verbs.CQ
+	buf []byte
+	mr  verbs.MR
+}
+
+func newEnd(t *testing.T, dev verbs.Device, size int) *end {
+	t.Helper()
+	e := &end{dev: dev}
+	var err error
+	if e.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = dev.CreateCQ(256); err != nil {
+		t.Fatal(err)
+	}
+	if e.buf, err = dev.AllocBuffer(size); err != nil {
+		t.Fatal(err)
+	}
+	acc := stack.AccessLocalWrite | stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
+	if e.mr, err = e.pd.RegisterMR(e.buf, acc); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *end) qp(t *testing.T, typ stack.QPType) verbs.QP {
+	t.Helper()
+	q, err := e.pd.CreateQP(verbs.QPInit{Type: typ, SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 64, MaxRecvWR: 64,
+		MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func connect(t *testing.T, qa, qb verbs.QP, ga, gb netip.Addr) {
+	t.Helper()
+	acc := stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
+	for _, x := range []struct {
+		q, peer verbs.QP
+		gid     netip.Addr
+	}{{qa, qb, gb}, {qb, qa, ga}} {
+		if err := x.q.ToInit(stack.InitAttr{AccessFlags: acc, QKey: 0x1111}); err != nil {
+			t.Fatal(err)
+		}
+		if x.q.Type() == stack.UD {
+			if err := x.q.ToRTR(stack.RTRAttr{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.q.ToRTS(stack.RTSAttr{SQPSN: 5}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := x.q.ToRTR(stack.RTRAttr{DestQPN: x.peer.QPN(), AH: stack.AHAttr{DGID: x.gid, SGIDIndex: 1},
+			RQPSN: 100, MaxDestRdAtomic: 8, MinRNRTimer: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.q.ToRTS(stack.RTSAttr{SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitN waits for n completions on cq.
+func waitN(t *testing.T, cq verbs.CQ, n int) []stack.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []stack.WC
+	wcs := make([]stack.WC, 16)
+	for len(got) < n {
+		k := cq.Poll(wcs)
+		got = append(got, wcs[:k]...)
+		if k == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				t.Fatalf("waiting for %d completions, got %d %+v: %v", n, len(got), got, err)
+			}
+		}
+	}
+	return got
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*13) + byte(i>>9)
+	}
+}
+
+// TestDaemonOperations runs every operation between two clients, each on
+// its own daemon, through rings and shared memory.
+func TestDaemonOperations(t *testing.T) {
+	p := newPair(t)
+	A, B := newEnd(t, open(t, p.sa), 1<<20), newEnd(t, open(t, p.sb), 1<<20)
+	ga, _ := A.dev.GID(1)
+	gb, _ := B.dev.GID(1)
+	if ga != ipA || gb != ipB {
+		t.Fatalf("gids %v %v", ga, gb)
+	}
+	qa, qb := A.qp(t, stack.RC), B.qp(t, stack.RC)
+	connect(t, qa, qb, ga, gb)
+
+	// SEND with immediate data, three SGEs, then inline.
+	fill(A.buf[:20000], 1)
+	if err := qb.PostRecv(&stack.RecvWR{ID: 50, SG: []stack.SGE{B.mr.SGE(0, 30000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.PostRecv(&stack.RecvWR{ID: 51, SG: []stack.SGE{B.mr.SGE(40000, 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.PostSend(&verbs.SendWR{ID: 1, Op: stack.OpSendWithImm, Flags: stack.SendSignaled, Imm: 0xabcdef01,
+		SG: []stack.SGE{A.mr.SGE(0, 5000), A.mr.SGE(5000, 5000), A.mr.SGE(10000, 10000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.PostSend(&verbs.SendWR{ID: 2, Op: stack.OpSend, Flags: stack.SendSignaled | stack.SendInline,
+		SG: []stack.SGE{A.mr.SGE(100, 60)}}); err != nil {
+		t.Fatal(err)
+	}
+	wa, wb := waitN(t, A.cq, 2), waitN(t, B.cq, 2)
+	if wa[0].ID != 1 || wa[1].ID != 2 || wa[0].Status != 0 || wa[1].Status != 0 {
+		t.Fatalf("send completions %+v", wa)
+	}
+	if wb[0].ID != 50 || wb[0].ByteLen != 20000 || wb[0].Imm != 0xabcdef01 || wb[0].Flags&stack.WCWithImm == 0 ||
+		wb[1].ID != 51 || wb[1].ByteLen != 60 || wb[1].Opcode != stack.WCRecv {
+		t.Fatalf("receive completions %+v", wb)
+	}
+	if !bytes.Equal(B.buf[:20000], A.buf[:20000]) || !bytes.Equal(B.buf[40000:40060], A.buf[100:160]) {
+		t.Fatal("send data differs")
+	}
+
+	// WRITE, READ back elsewhere, atomics.
+	fill(A.buf[100000:300000], 9)
+	wrs := []verbs.SendWR{
+		{ID: 3, Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(100000, 200000)},
+			Remote: stack.RemoteAddr{Addr: B.mr.Addr() + 300000, RKey: B.mr.RKey()}},
+		{ID: 4, Op: stack.OpRead, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(500000, 200000)},
+			Remote: stack.RemoteAddr{Addr: B.mr.Addr() + 300000, RKey: B.mr.RKey()}},
+	}
+	if n, err := qa.PostSendBatch(wrs); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	binary.LittleEndian.PutUint64(B.buf[800000:], 41)
+	for _, wr := range []verbs.SendWR{
+		{ID: 5, Op: stack.OpFetchAdd, CompareAdd: 1, SG: []stack.SGE{A.mr.SGE(900000, 8)}},
+		{ID: 6, Op: stack.OpCompareSwap, CompareAdd: 42, Swap: 7, SG: []stack.SGE{A.mr.SGE(900008, 8)}},
+	} {
+		wr.Flags = stack.SendSignaled
+		wr.Remote = stack.RemoteAddr{Addr: B.mr.Addr() + 800000, RKey: B.mr.RKey()}
+		if err := qa.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, wc := range waitN(t, A.cq, 4) {
+		if wc.ID != uint64(i+3) || wc.Status != 0 {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if !bytes.Equal(B.buf[300000:500000], A.buf[100000:300000]) || !bytes.Equal(A.buf[500000:700000], A.buf[100000:300000]) {
+		t.Fatal("write or read data differs")
+	}
+	r := func(b []byte, off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+	if r(A.buf, 900000) != 41 || r(A.buf, 900008) != 42 || r(B.buf, 800000) != 7 {
+		t.Fatalf("atomics: %d %d %d", r(A.buf, 900000), r(A.buf, 900008), r(B.buf, 800000))
+	}
+
+	// A bad R_Key: remote access error, as in-process.
+	if err := qa.PostSend(&verbs.SendWR{ID: 7, Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(0, 8)},
+		Remote: stack.RemoteAddr{Addr: B.mr.Addr(), RKey: B.mr.RKey() ^ 0x100}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitN(t, A.cq, 1); wc[0].Status != stack.WCRemAccessErr {
+		t.Fatalf("bad rkey: %+v", wc[0])
+	}
+	if qa.State() != stack.StateErr {
+		t.Errorf("state %v after a remote access error", qa.State())
+	}
+}
+
+// TestDaemonUDAndSRQ sends UD datagrams through an address handle to a
+// QP that takes its receives from an SRQ.
+func TestDaemonUDAndSRQ(t *testing.T) {
+	p := newPair(t)
+	A, B := newEnd(t, open(t, p.sa), 1<<16), newEnd(t, open(t, p.sb), 1<<16)
+	srq, err := B.pd.CreateSRQ(stack.SRQInit{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := A.qp(t, stack.UD)
+	qb, err := B.pd.CreateQP(verbs.QPInit{Type: stack.UD, SendCQ: B.cq, RecvCQ: B.cq, SRQ: srq, MaxSendWR: 8, MaxSendSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga, _ := A.dev.GID(1)
+	gb, _ := B.dev.GID(1)
+	connect(t, qa, qb, ga, gb)
+	for i := 0; i < 4; i++ {
+		if err := srq.PostRecv(&stack.RecvWR{ID: uint64(100 + i), SG: []stack.SGE{B.mr.SGE(uint64(i)*4096, 4096)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah, err := A.pd.CreateAH(stack.AHAttr{DGID: gb, SGIDIndex: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ah.Attr().DMAC != macB {
+		t.Errorf("ah resolved %x", ah.Attr().DMAC)
+	}
+	fill(A.buf[:1000], 3)
+	for i := 0; i < 3; i++ {
+		if err := qa.PostSend(&verbs.SendWR{ID: uint64(i), Op: stack.OpSend, Flags: stack.SendSignaled, AH: ah,
+			RemoteQPN: qb.QPN(), RemoteQKey: 0x1111, SG: []stack.SGE{A.mr.SGE(0, 1000)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitN(t, A.cq, 3)
+	wb := waitN(t, B.cq, 3)
+	for i, wc := range wb {
+		// The first 40 bytes are the GRH, as ibverbs places them.
+		if wc.ID != uint64(100+i) || wc.Status != 0 || wc.ByteLen != 40+1000 || wc.SrcQP != qa.QPN() || wc.Flags&stack.WCWithGRH == 0 {
+			t.Fatalf("ud receive %d: %+v", i, wc)
+		}
+		if !bytes.Equal(B.buf[i*4096+40:i*4096+1040], A.buf[:1000]) {
+			t.Fatalf("ud datagram %d differs", i)
+		}
+	}
+}

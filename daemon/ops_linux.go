@@ -1,0 +1,517 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/stack"
+)
+
+// handle runs one request. fds are the descriptors that came with it;
+// those it does not keep are closed. It returns the response body and a
+// descriptor to pass back (or -1).
+func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd int, err error) {
+	fd = -1
+	keep := -1 // index in fds of a descriptor the request keeps
+	defer func() {
+		for i, f := range fds {
+			if i != keep {
+				unix.Close(f)
+			}
+		}
+	}()
+	d := ss.srv.cfg.Device
+	switch h.Op {
+	case proto.OpHello:
+		var req proto.Hello
+		proto.Unmarshal(body, &req)
+		if ss.started {
+			return nil, -1, errnoErr{unix.EINVAL, "hello twice"}
+		}
+		if req.Version != proto.Version {
+			return nil, -1, errnoErr{unix.EPROTO, fmt.Sprintf("protocol version %d; this daemon speaks %d", req.Version, proto.Version)}
+		}
+		if err := ss.startPoller(); err != nil {
+			return nil, -1, err
+		}
+		ss.started = true
+		ss.procMem, ss.procErr = os.OpenFile("/proc/"+strconv.Itoa(int(ss.pid))+"/mem", os.O_RDWR, 0)
+		ss.srv.log.Info("client", "session", ss.id, "pid", ss.pid, "uid", ss.uid, "comm", ss.comm)
+		return &proto.HelloResp{Version: proto.Version, Session: ss.id, Device: proto.NameOf(ss.srv.cfg.Name),
+			Netdev: proto.NameOf(ss.srv.cfg.Netdev), NumPorts: 1}, ss.dbFD, nil
+
+	case proto.OpQueryDevice:
+		return deviceAttr(d), -1, nil
+	case proto.OpQueryPort:
+		var req proto.PortReq
+		proto.Unmarshal(body, &req)
+		if req.Port != 1 {
+			return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("port %d: the device has port 1", req.Port)}
+		}
+		return portAttr(d), -1, nil
+	case proto.OpQueryGID:
+		var req proto.IndexReq
+		proto.Unmarshal(body, &req)
+		g, gerr := d.GID(int(req.Index))
+		if req.Port != 1 || gerr != nil {
+			return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("gid %d of port %d: none", req.Index, req.Port)}
+		}
+		return &proto.GIDResp{GID: g.As16(), Type: 2}, -1, nil
+	case proto.OpQueryPKey:
+		var req proto.IndexReq
+		proto.Unmarshal(body, &req)
+		if req.Port != 1 || req.Index != 0 {
+			return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("pkey %d of port %d: none", req.Index, req.Port)}
+		}
+		return &proto.PKeyResp{PKey: 0xffff}, -1, nil
+
+	case proto.OpAllocPD:
+		if err := ss.room(kindPD); err != nil {
+			return nil, -1, err
+		}
+		pd, err := d.AllocPD()
+		if err != nil {
+			return nil, -1, err
+		}
+		hd, _ := ss.add(kindPD, &pdObj{pd: pd})
+		return &proto.Handle{Handle: hd}, -1, nil
+	case proto.OpDeallocPD:
+		return ss.destroyHandle(body, kindPD)
+
+	case proto.OpRegMR:
+		var req proto.RegMR
+		proto.Unmarshal(body, &req)
+		if req.Kind == proto.MemShared {
+			if len(fds) != 1 {
+				return nil, -1, errnoErr{unix.EINVAL, "reg mr: shared memory needs its memfd"}
+			}
+			keep = 0
+			defer unix.Close(fds[0]) // the mapping keeps the file
+		}
+		return ss.regMR(&req, fds)
+	case proto.OpDeregMR:
+		return ss.destroyHandle(body, kindMR)
+
+	case proto.OpCreateChannel:
+		if err := ss.room(kindChannel); err != nil {
+			return nil, -1, err
+		}
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return nil, -1, err
+		}
+		dup, err := unix.Dup(efd)
+		if err != nil {
+			unix.Close(efd)
+			return nil, -1, err
+		}
+		hd, _ := ss.add(kindChannel, &channelObj{efd: efd})
+		return &proto.ChannelResp{Channel: hd}, dup, nil
+	case proto.OpDestroyChannel:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		ch, err := get[*channelObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		ss.mu.RLock()
+		for _, o := range ss.objs {
+			if cq, ok := o.(*cqObj); ok && cq.ch == ch {
+				ss.mu.RUnlock()
+				return nil, -1, errnoErr{unix.EBUSY, "destroy comp channel: a cq uses it"}
+			}
+		}
+		ss.mu.RUnlock()
+		return ss.destroyHandle(body, kindChannel)
+
+	case proto.OpCreateCQ:
+		var req proto.CreateCQ
+		proto.Unmarshal(body, &req)
+		return ss.createCQ(&req)
+	case proto.OpDestroyCQ:
+		return ss.destroyHandle(body, kindCQ)
+
+	case proto.OpCreateSRQ:
+		var req proto.CreateSRQ
+		proto.Unmarshal(body, &req)
+		return ss.createSRQ(&req)
+	case proto.OpModifySRQ:
+		var req proto.ModifySRQ
+		proto.Unmarshal(body, &req)
+		o, err := get[*srqObj](ss, req.SRQ)
+		if err != nil {
+			return nil, -1, err
+		}
+		if req.Mask&1 != 0 {
+			return nil, -1, errnoErr{unix.EINVAL, "modify srq: resizing an srq is not supported"}
+		}
+		if req.Mask&2 != 0 {
+			o.srq.SetLimit(int(req.Limit))
+		}
+		return nil, -1, nil
+	case proto.OpQuerySRQ:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		o, err := get[*srqObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		return &proto.SRQAttr{MaxWR: o.ring.Len(), MaxSGE: uint32(o.maxSGE)}, -1, nil
+	case proto.OpDestroySRQ:
+		return ss.destroyHandle(body, kindSRQ)
+
+	case proto.OpCreateQP:
+		var req proto.CreateQP
+		proto.Unmarshal(body, &req)
+		return ss.createQP(&req)
+	case proto.OpModifyQP:
+		var req proto.ModifyQP
+		proto.Unmarshal(body, &req)
+		o, err := get[*qpObj](ss, req.QP)
+		if err != nil {
+			return nil, -1, err
+		}
+		a := qpAttrFrom(&req.Attr, req.Mask)
+		return nil, -1, o.q.Modify(&a, stack.AttrMask(req.Mask))
+	case proto.OpQueryQP:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		o, err := get[*qpObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		a, init := o.q.Query()
+		return &proto.QueryQPResp{Attr: qpAttrTo(&a), Init: proto.CreateQP{Type: qpTypeTo(init.Type),
+			MaxSendWR: uint32(init.MaxSendWR), MaxRecvWR: uint32(init.MaxRecvWR), MaxSendSGE: uint32(init.MaxSendSGE),
+			MaxRecvSGE: uint32(init.MaxRecvSGE), MaxInline: uint32(init.MaxInline), SigAll: b2u(init.SignalAll)}}, -1, nil
+	case proto.OpDestroyQP:
+		return ss.destroyHandle(body, kindQP)
+
+	case proto.OpCreateAH:
+		var req proto.CreateAH
+		proto.Unmarshal(body, &req)
+		if err := ss.room(kindAH); err != nil {
+			return nil, -1, err
+		}
+		pd, err := get[*pdObj](ss, req.PD)
+		if err != nil {
+			return nil, -1, err
+		}
+		ah, err := pd.pd.CreateAH(ahAttrFrom(&req.Attr))
+		if err != nil {
+			return nil, -1, err
+		}
+		hd, _ := ss.add(kindAH, &ahObj{ah: ah, pd: pd})
+		return &proto.CreateAHResp{AH: hd, DMAC: ah.Attr().DMAC}, -1, nil
+	case proto.OpDestroyAH:
+		return ss.destroyHandle(body, kindAH)
+
+	case proto.OpStat:
+		var req proto.StatReq
+		proto.Unmarshal(body, &req)
+		b, err := ss.srv.statJSON(req.QPN)
+		return b, -1, err
+	}
+	return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("%v: not supported", h.Op)}
+}
+
+// destroyHandle destroys the object a Handle body names.
+func (ss *session) destroyHandle(body []byte, k kind) (any, int, error) {
+	var req proto.Handle
+	proto.Unmarshal(body, &req)
+	ss.mu.RLock()
+	o, ok := ss.objs[req.Handle]
+	ss.mu.RUnlock()
+	if !ok || kindOf(o) != k {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("no %s with handle %d", kindNames[k], req.Handle)}
+	}
+	if err := ss.inUse(o); err != nil {
+		return nil, -1, err
+	}
+	if err := ss.destroy(o); err != nil {
+		return nil, -1, err
+	}
+	ss.remove(req.Handle, k)
+	return nil, -1, nil
+}
+
+// inUse refuses to destroy what another of the session's objects needs
+// (the stack refuses it too; this keeps the rings mapped meanwhile).
+func (ss *session) inUse(o any) error {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	for _, x := range ss.objs {
+		switch x := x.(type) {
+		case *qpObj:
+			if x.sendCQ == o || x.recvCQ == o || x.srq == o || x.pd == o {
+				return errnoErr{unix.EBUSY, "a qp uses it"}
+			}
+		case *srqObj:
+			if x.pd == o {
+				return errnoErr{unix.EBUSY, "an srq uses it"}
+			}
+		case *ahObj:
+			if x.pd == o {
+				return errnoErr{unix.EBUSY, "an address handle uses it"}
+			}
+		}
+	}
+	return nil
+}
+
+func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
+	if err := ss.room(kindMR); err != nil {
+		return nil, -1, err
+	}
+	pd, err := get[*pdObj](ss, req.PD)
+	if err != nil {
+		return nil, -1, err
+	}
+	const known = 0xf | 0x10          // local write, remote write, read, atomic; MW bind (no windows: ignored)
+	acc := req.Access &^ (0xfff00000) // IBV_ACCESS_OPTIONAL_RANGE: hints that may be dropped
+	if acc&^known != 0 {
+		return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("reg mr: access flags %#x not supported", acc&^known)}
+	}
+	lim := ss.srv.cfg.Limits.MRBytes
+	ss.mu.RLock()
+	used := ss.mrBytes
+	ss.mu.RUnlock()
+	if req.Length > uint64(lim) || used+int64(req.Length) > lim {
+		return nil, -1, errnoErr{unix.ENOMEM, fmt.Sprintf("reg mr: %d bytes more would pass the limit of %d registered bytes per client", req.Length, lim)}
+	}
+	o := &mrObj{bytes: int64(req.Length)}
+	var buf []byte
+	switch req.Kind {
+	case proto.MemShared:
+		o.mapping, buf, err = mapClientMem(fds[0], req.Addr, req.Length)
+		if err != nil {
+			return nil, -1, err
+		}
+	case proto.MemProcess:
+		return nil, -1, errnoErr{unix.EOPNOTSUPP, "reg mr: process memory is not supported by this daemon; use shared memory"}
+	default:
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("reg mr: memory kind %d", req.Kind)}
+	}
+	mr, err := pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&0xf))
+	if err != nil {
+		unix.Munmap(o.mapping)
+		return nil, -1, err
+	}
+	o.mr = mr
+	ss.mu.Lock()
+	ss.mrBytes += o.bytes
+	ss.mu.Unlock()
+	hd, _ := ss.add(kindMR, o)
+	return &proto.RegMRResp{MR: hd, LKey: mr.LKey(), RKey: mr.RKey()}, -1, nil
+}
+
+func (ss *session) createCQ(req *proto.CreateCQ) (any, int, error) {
+	if err := ss.room(kindCQ); err != nil {
+		return nil, -1, err
+	}
+	d := ss.srv.cfg.Device
+	if req.CQE < 1 || int(req.CQE) > d.Query().MaxCQE {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("create cq: %d entries, want 1 to %d", req.CQE, d.Query().MaxCQE)}
+	}
+	var ch *channelObj
+	if req.Channel != 0 {
+		var err error
+		if ch, err = get[*channelObj](ss, req.Channel); err != nil {
+			return nil, -1, err
+		}
+	}
+	slots := proto.Slots(int(req.CQE))
+	size := (proto.RingBytes(slots, proto.WCLen) + 4095) &^ 4095
+	fd, mem, err := newRingMem("uroce-cq", size)
+	if err != nil {
+		return nil, -1, err
+	}
+	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
+	ring.Init()
+	r := &cqRing{ring: ring, ch: ch}
+	cq, err := d.CreateCQWithSink(slots, r)
+	if err != nil {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return nil, -1, err
+	}
+	hd, _ := ss.add(kindCQ, &cqObj{cq: cq, ring: r, mem: mem, ch: ch})
+	return &proto.CreateCQResp{CQ: hd, CQE: uint32(slots), Slots: uint32(slots), RingBytes: uint32(size)}, fd, nil
+}
+
+func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {
+	if err := ss.room(kindSRQ); err != nil {
+		return nil, -1, err
+	}
+	pd, err := get[*pdObj](ss, req.PD)
+	if err != nil {
+		return nil, -1, err
+	}
+	lim := ss.srv.cfg.Device.Query().Limits
+	if req.MaxWR < 1 || int(req.MaxWR) > lim.MaxSRQWR || req.MaxSGE > uint32(lim.MaxSGE) {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("create srq: max_wr %d (1 to %d), max_sge %d (up to %d)", req.MaxWR, lim.MaxSRQWR, req.MaxSGE, lim.MaxSGE)}
+	}
+	sge := max(int(req.MaxSGE), 1)
+	slots := proto.Slots(int(req.MaxWR))
+	srq, err := pd.pd.CreateSRQ(stack.SRQInit{MaxWR: slots, MaxSGE: sge, Limit: int(req.Limit)})
+	if err != nil {
+		return nil, -1, err
+	}
+	size := proto.RecvSlotBytes(sge)
+	total := (proto.RingBytes(slots, size) + 4095) &^ 4095
+	fd, mem, err := newRingMem("uroce-srq", total)
+	if err != nil {
+		srq.Destroy()
+		return nil, -1, err
+	}
+	o := &srqObj{srq: srq, pd: pd, mem: mem, maxSGE: sge, copies: [][]byte{make([]byte, size)},
+		wrs: make([]stack.RecvWR, pollBatch), sges: [][]stack.SGE{make([]stack.SGE, sge)}}
+	o.ring, _ = proto.NewRing(mem, slots, size)
+	o.ring.Init()
+	hd, _ := ss.add(kindSRQ, o)
+	ss.addPolled(func() {
+		l := append(append([]*srqObj(nil), *ss.srqs.Load()...), o)
+		ss.srqs.Store(&l)
+	}, &o.ring)
+	return &proto.CreateSRQResp{SRQ: hd, MaxWR: uint32(slots), MaxSGE: uint32(sge), Slots: uint32(slots),
+		SlotBytes: uint32(size), RingBytes: uint32(total)}, fd, nil
+}
+
+func (ss *session) createQP(req *proto.CreateQP) (any, int, error) {
+	if err := ss.room(kindQP); err != nil {
+		return nil, -1, err
+	}
+	pd, err := get[*pdObj](ss, req.PD)
+	if err != nil {
+		return nil, -1, err
+	}
+	scq, err := get[*cqObj](ss, req.SendCQ)
+	if err != nil {
+		return nil, -1, err
+	}
+	rcq, err := get[*cqObj](ss, req.RecvCQ)
+	if err != nil {
+		return nil, -1, err
+	}
+	var srq *srqObj
+	if req.SRQ != 0 {
+		if srq, err = get[*srqObj](ss, req.SRQ); err != nil {
+			return nil, -1, err
+		}
+	}
+	typ, ok := map[uint32]stack.QPType{proto.QPTypeRC: stack.RC, proto.QPTypeUC: stack.UC, proto.QPTypeUD: stack.UD}[req.Type]
+	if !ok {
+		return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("create qp: type %d not supported (RC 2, UC 3, UD 4)", req.Type)}
+	}
+	lim := ss.srv.cfg.Device.Query().Limits
+	if req.MaxSendWR > uint32(lim.MaxQPWR) || req.MaxRecvWR > uint32(lim.MaxQPWR) ||
+		req.MaxSendSGE > uint32(lim.MaxSGE) || req.MaxRecvSGE > uint32(lim.MaxSGE) || req.MaxInline > uint32(lim.MaxInline) {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("create qp: capabilities past the device's (wr %d, sge %d, inline %d)",
+			lim.MaxQPWR, lim.MaxSGE, lim.MaxInline)}
+	}
+	o := &qpObj{pd: pd, sendCQ: scq, recvCQ: rcq, srq: srq, typ: typ, hasRQ: srq == nil,
+		maxSendSGE: max(int(req.MaxSendSGE), 1), maxRecvSGE: max(int(req.MaxRecvSGE), 1), maxInline: int(req.MaxInline)}
+	sendWR := proto.Slots(max(int(req.MaxSendWR), 1))
+	recvWR := proto.Slots(max(int(req.MaxRecvWR), 1))
+	init := stack.QPInit{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: sendWR, MaxRecvWR: recvWR,
+		MaxSendSGE: o.maxSendSGE, MaxRecvSGE: o.maxRecvSGE, MaxInline: o.maxInline, SignalAll: req.SigAll != 0}
+	if srq != nil {
+		init.SRQ = srq.srq
+		init.MaxRecvWR = 0
+	}
+	q, err := pd.pd.CreateQP(init)
+	if err != nil {
+		return nil, -1, err
+	}
+	o.q = q
+	fd, resp, err := o.setupRings(sendWR, recvWR)
+	if err != nil {
+		q.Destroy()
+		return nil, -1, err
+	}
+	hd, _ := ss.add(kindQP, o)
+	o.handle = hd
+	ss.addPolled(func() {
+		l := append(append([]*qpObj(nil), *ss.qps.Load()...), o)
+		ss.qps.Store(&l)
+	}, &o.sq, &o.rq)
+	resp.QP, resp.QPN = hd, q.QPN()
+	resp.MaxSendWR, resp.MaxRecvWR = uint32(sendWR), uint32(recvWR)
+	if srq != nil {
+		resp.MaxRecvWR = 0
+	}
+	resp.MaxSendSGE, resp.MaxRecvSGE, resp.MaxInline = uint32(o.maxSendSGE), uint32(o.maxRecvSGE), uint32(o.maxInline)
+	return &resp, fd, nil
+}
+
+func deviceAttr(d *stack.Device) *proto.DeviceAttr {
+	a := d.Query()
+	return &proto.DeviceAttr{NodeGUID: a.NodeGUID, SysImageGUID: a.NodeGUID, MaxMRSize: a.MaxMRSize, PageSizeCap: 0xfffff000,
+		VendorID: 0xffffff, VendorPartID: 0, HWVer: 0, MaxQP: int32(a.MaxQP), MaxQPWR: int32(a.MaxQPWR),
+		MaxSGE: int32(a.MaxSGE), MaxCQ: 1 << 16, MaxCQE: int32(a.MaxCQE), MaxMR: int32(a.MaxMR), MaxPD: 1 << 16,
+		MaxQPRdAtom: int32(a.MaxQPRdAtom), MaxQPInitRdAtom: int32(a.MaxQPInitRdAtom), MaxSRQ: 1 << 16,
+		MaxSRQWR: int32(a.MaxSRQWR), MaxSRQSGE: int32(a.MaxSGE), MaxAH: 1 << 16, MaxInline: int32(a.MaxInline),
+		MaxPKeys: uint16(a.MaxPKeys), PhysPortCnt: 1, AtomicCap: 1, FWVer: proto.NameOf("uroce")}
+}
+
+func portAttr(d *stack.Device) *proto.PortAttr {
+	a := d.Query()
+	return &proto.PortAttr{State: 4, MaxMTU: uint32(a.MaxMTU), ActiveMTU: uint32(a.ActiveMTU), GIDTblLen: int32(a.GIDTableLen),
+		PortCapFlags: 0x10000 | 0x4000000, MaxMsgSz: 1 << 30, PKeyTblLen: 1, ActiveWidth: 2, ActiveSpeed: 32,
+		PhysState: 5, LinkLayer: 2, LinkMTU: uint32(a.LinkMTU), MAC: [8]byte(append(a.MAC[:], 0, 0))}
+}
+
+func ahAttrFrom(a *proto.AHAttr) stack.AHAttr {
+	return stack.AHAttr{DGID: netip.AddrFrom16(a.DGID), SGIDIndex: int(a.SGIDIndex), TrafficClass: a.TrafficClass,
+		FlowLabel: a.FlowLabel, HopLimit: a.HopLimit, DMAC: a.DMAC}
+}
+
+func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
+	var g [16]byte
+	if a.DGID.IsValid() {
+		g = a.DGID.As16()
+	}
+	return proto.AHAttr{DGID: g, SGIDIndex: uint8(a.SGIDIndex), TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel,
+		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC}
+}
+
+func qpAttrFrom(a *proto.QPAttr, mask uint32) stack.QPAttr {
+	s := stack.QPAttr{State: stack.QPState(a.State), CurState: stack.QPState(a.CurState), AccessFlags: stack.Access(a.AccessFlags & 0xf),
+		PKeyIndex: a.PKeyIndex, Port: a.Port, QKey: a.QKey, PathMTU: stack.MTU(a.PathMTU), Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: stack.PSN(a.RQPSN & 0xffffff), SQPSN: stack.PSN(a.SQPSN & 0xffffff),
+		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN}
+	if mask&uint32(qp.AttrAV) != 0 {
+		s.AH = ahAttrFrom(&a.AH)
+	}
+	return s
+}
+
+func qpAttrTo(a *stack.QPAttr) proto.QPAttr {
+	return proto.QPAttr{State: uint32(a.State), CurState: uint32(a.CurState), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
+		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPN: a.DestQPN, AccessFlags: uint32(a.AccessFlags),
+		PKeyIndex: a.PKeyIndex, Port: a.Port, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
+		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, AH: ahAttrTo(&a.AH)}
+}
+
+func qpTypeTo(t stack.QPType) uint32 {
+	switch t {
+	case stack.RC:
+		return proto.QPTypeRC
+	case stack.UC:
+		return proto.QPTypeUC
+	}
+	return proto.QPTypeUD
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,499 @@
+package daemon
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/stack"
+)
+
+// cqRing is a CQ's ring in memory shared with the client: the stack.CQSink
+// of the client's CQ. Engines push completions (several at once when the
+// CQ serves QPs of several engines) and publish at the end of a batch.
+type cqRing struct {
+	mu     sync.Mutex
+	ring   proto.Ring
+	prod   uint32 // next slot to write
+	pub    uint32 // producer index the client sees
+	ch     *channelObj
+	events uint64
+	wc     proto.WC
+}
+
+// Push implements stack.CQSink.
+func (r *cqRing) Push(wc *stack.WC) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The consumer index is the client's: a value that is not between
+	// what it saw and what it may see makes the ring count as full.
+	if used := r.prod - r.ring.Consumer(); used >= r.ring.Len() {
+		r.ring.AddOverrun()
+		return false
+	}
+	r.wc = proto.WC{ID: wc.ID, Status: uint32(wc.Status), Opcode: uint32(wc.Opcode), VendorErr: wc.VendErr,
+		ByteLen: wc.ByteLen, Imm: wc.Imm, QPN: wc.QPN, SrcQP: wc.SrcQP, Flags: uint32(wc.Flags), PKeyIndex: wc.PKeyIdx}
+	if wc.Flags&stack.WCWithInv != 0 {
+		r.wc.Imm = wc.InvRKey
+	}
+	r.wc.Put(r.ring.Slot(r.prod))
+	r.prod++
+	return true
+}
+
+// Publish implements stack.CQSink: the completions become visible, and a
+// client waiting on the CQ's channel gets its event.
+func (r *cqRing) Publish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pub == r.prod {
+		return
+	}
+	r.ring.SetProducer(r.prod)
+	r.pub = r.prod
+	if r.ch != nil && r.ring.Flags() != 0 && r.ring.SwapFlags(0) != 0 {
+		r.ring.AddEvent()
+		r.events++
+		signal(r.ch.efd)
+	}
+}
+
+// pushNow adds a completion the poller produces (a request it refused)
+// and publishes it.
+func (r *cqRing) pushNow(wc *stack.WC) {
+	r.Push(wc)
+	r.Publish()
+}
+
+var one = func() []byte { b := make([]byte, 8); binary.NativeEndian.PutUint64(b, 1); return b }()
+
+// signal adds one to an eventfd.
+func signal(efd int) { unix.Write(efd, one) }
+
+// setupQPRings creates the memfd of a QP's rings and the poller's
+// scratch for them.
+func (o *qpObj) setupRings(sendWR, recvWR int) (int, proto.CreateQPResp, error) {
+	var r proto.CreateQPResp
+	sqSlots, sqSize := proto.Slots(sendWR), proto.SendSlotBytes(o.maxSendSGE, o.maxInline)
+	rqSlots, rqSize := 0, 0
+	if o.hasRQ {
+		rqSlots, rqSize = proto.Slots(recvWR), proto.RecvSlotBytes(o.maxRecvSGE)
+	}
+	sqBytes := (proto.RingBytes(sqSlots, sqSize) + 4095) &^ 4095
+	total := sqBytes
+	if o.hasRQ {
+		total += (proto.RingBytes(rqSlots, rqSize) + 4095) &^ 4095
+	}
+	fd, mem, err := newRingMem("uroce-qp", total)
+	if err != nil {
+		return -1, r, err
+	}
+	o.mem = mem
+	o.sq, _ = proto.NewRing(mem, sqSlots, sqSize)
+	o.sq.Init()
+	if o.hasRQ {
+		o.rq, _ = proto.NewRing(mem[sqBytes:], rqSlots, rqSize)
+		o.rq.Init()
+	}
+	o.scopies, o.swrs, o.ssges, o.sslot = make([][]byte, pollBatch), make([]stack.SendWR, pollBatch),
+		make([][]stack.SGE, pollBatch), make([]proto.SendSlot, pollBatch)
+	for i := range o.scopies {
+		o.scopies[i] = make([]byte, sqSize)
+		o.ssges[i] = make([]stack.SGE, o.maxSendSGE)
+	}
+	if o.hasRQ {
+		o.rcopies, o.rwrs, o.rsges = make([][]byte, pollBatch), make([]stack.RecvWR, pollBatch), make([][]stack.SGE, pollBatch)
+		for i := range o.rcopies {
+			o.rcopies[i] = make([]byte, rqSize)
+			o.rsges[i] = make([]stack.SGE, o.maxRecvSGE)
+		}
+	}
+	r = proto.CreateQPResp{SQSlots: uint32(sqSlots), SQSlotBytes: uint32(sqSize), SQOffset: 0,
+		RQSlots: uint32(rqSlots), RQSlotBytes: uint32(rqSize), RQOffset: uint32(sqBytes), RingBytes: uint32(total)}
+	if !o.hasRQ {
+		r.RQOffset = 0
+	}
+	return fd, r, nil
+}
+
+// The poller.
+
+// startPoller starts the session's poller (at Hello).
+func (ss *session) startPoller() error {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return err
+	}
+	// The client gets a duplicate; the daemon reads through an
+	// os.File, which the Go runtime polls.
+	dup, err := unix.Dup(efd)
+	if err != nil {
+		unix.Close(efd)
+		return err
+	}
+	unix.CloseOnExec(dup)
+	ss.doorbell = os.NewFile(uintptr(efd), "doorbell")
+	ss.dbSelf, ss.dbFD = efd, dup
+	go ss.poll()
+	return nil
+}
+
+func (ss *session) stopPoller() {
+	if ss.doorbell == nil {
+		return
+	}
+	ss.stopPoll.Store(true)
+	signal(ss.dbSelf)
+	<-ss.pollDone
+}
+
+// poll takes work requests from the session's rings while there are
+// any, spins a while when there are none, then sleeps on the doorbell.
+func (ss *session) poll() {
+	defer close(ss.pollDone)
+	var buf [8]byte
+	var idleSince time.Time
+	spin := ss.srv.cfg.Spin
+	for !ss.stopPoll.Load() && !ss.broken.Load() {
+		ss.pollMu.Lock()
+		work, backlog := ss.scan()
+		ss.pollMu.Unlock()
+		if work {
+			idleSince = time.Time{}
+			continue
+		}
+		if backlog {
+			// Requests wait for room in a send queue: their
+			// completions will make it.
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		if time.Since(idleSince) < spin {
+			runtime.Gosched()
+			continue
+		}
+		ss.pollMu.Lock()
+		ss.setWakeup(proto.FlagNeedWakeup)
+		_, pending := ss.scanPending()
+		ss.pollMu.Unlock()
+		if !pending {
+			ss.doorbell.Read(buf[:])
+		}
+		ss.pollMu.Lock()
+		ss.setWakeup(0)
+		ss.pollMu.Unlock()
+		idleSince = time.Time{}
+	}
+	if ss.broken.Load() {
+		ss.conn.Close() // the control goroutine ends the session
+	}
+}
+
+// addPolled gives the poller new rings (add puts them in its lists).
+// They start asking for a wake-up, and the poller is woken, so that a
+// poller asleep since before they existed sees them.
+func (ss *session) addPolled(add func(), rings ...*proto.Ring) {
+	ss.pollMu.Lock()
+	for _, r := range rings {
+		if r.Len() > 0 {
+			r.SetFlags(proto.FlagNeedWakeup)
+		}
+	}
+	add()
+	ss.pollMu.Unlock()
+	signal(ss.dbSelf)
+}
+
+func (ss *session) setWakeup(f uint32) {
+	for _, q := range *ss.qps.Load() {
+		q.sq.SetFlags(f)
+		if q.hasRQ {
+			q.rq.SetFlags(f)
+		}
+	}
+	for _, s := range *ss.srqs.Load() {
+		s.ring.SetFlags(f)
+	}
+}
+
+// scanPending reports whether a ring holds requests.
+func (ss *session) scanPending() (bool, bool) {
+	for _, q := range *ss.qps.Load() {
+		if q.sq.Producer() != q.sqCons || (q.hasRQ && q.rq.Producer() != q.rqCons) {
+			return false, true
+		}
+	}
+	for _, s := range *ss.srqs.Load() {
+		if s.ring.Producer() != s.cons {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// scan posts what the rings hold. It reports whether it posted anything,
+// and whether requests remain for want of room.
+func (ss *session) scan() (work, backlog bool) {
+	for _, q := range *ss.qps.Load() {
+		w, b := ss.drainSend(q)
+		work, backlog = work || w, backlog || b
+		if q.hasRQ {
+			w, b = ss.drainRecv(q)
+			work, backlog = work || w, backlog || b
+		}
+	}
+	for _, s := range *ss.srqs.Load() {
+		if ss.drainSRQ(s) {
+			work = true
+		}
+	}
+	return work, backlog
+}
+
+// lies ends the session of a client whose ring index is impossible.
+func (ss *session) lies(what string) {
+	if !ss.broken.Swap(true) {
+		ss.srv.log.Warn("client ring index lies; ending the session", "session", ss.id, "pid", ss.pid, "ring", what)
+	}
+}
+
+// wrOpcodes maps ibv_wr_opcode values to the stack's operations.
+var wrOpcodes = [...]struct {
+	op stack.Opcode
+	ok bool
+}{proto.WRWrite: {stack.OpWrite, true}, proto.WRWriteWithImm: {stack.OpWriteWithImm, true},
+	proto.WRSend: {stack.OpSend, true}, proto.WRSendWithImm: {stack.OpSendWithImm, true},
+	proto.WRRead: {stack.OpRead, true}, proto.WRCompareSwap: {stack.OpCompareSwap, true},
+	proto.WRFetchAdd: {stack.OpFetchAdd, true}, proto.WRSendWithInv: {stack.OpSendWithInv, true}}
+
+// drainSend posts the send ring's new requests.
+func (ss *session) drainSend(q *qpObj) (bool, bool) {
+	prod := q.sq.Producer()
+	n := prod - q.sqCons
+	if n == 0 {
+		return false, false
+	}
+	if n > q.sq.Len() {
+		ss.lies("send")
+		return false, false
+	}
+	k := int(min(n, uint32(len(q.swrs))))
+	valid := 0
+	posted := false
+	// Build the requests; a refused one completes with an error at
+	// once, after the valid ones before it are posted.
+	taken := 0
+	for i := 0; i < k; i++ {
+		c := q.scopies[valid]
+		copy(c, q.sq.Slot(q.sqCons+uint32(i)))
+		if st := ss.buildSend(q, valid); st != stack.WCSuccess {
+			if valid > 0 {
+				m, full := ss.postSends(q, valid)
+				taken += m
+				posted = posted || m > 0
+				if full {
+					q.sqCons += uint32(taken)
+					q.sq.SetConsumer(q.sqCons)
+					return posted, true
+				}
+				valid = 0
+			}
+			var s proto.SendSlot
+			s.Get(c)
+			q.sendCQ.ring.pushNow(&stack.WC{ID: s.ID, Status: st, QPN: q.q.QPN()})
+			taken++
+			continue
+		}
+		valid++
+	}
+	full := false
+	if valid > 0 {
+		m, f := ss.postSends(q, valid)
+		taken += m
+		posted = posted || m > 0
+		full = f
+	}
+	q.sqCons += uint32(taken)
+	q.sq.SetConsumer(q.sqCons)
+	return posted || taken > 0, full
+}
+
+// postSends posts q.swrs[:n]; it returns how many the ring gives up
+// (posted, or refused with an error completion) and whether the send
+// queue was full.
+func (ss *session) postSends(q *qpObj, n int) (int, bool) {
+	done := 0
+	for done < n {
+		m, err := q.q.PostSendBatch(q.swrs[done:n])
+		done += m
+		if err == nil {
+			break
+		}
+		if errors.Is(err, stack.ErrQueueFull) {
+			return done, true
+		}
+		// The request at done is refused by the QP (its state or
+		// its attributes): it completes with an error.
+		q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[done].ID, Status: stack.WCLocQPOpErr, QPN: q.q.QPN()})
+		done++
+	}
+	return done, false
+}
+
+// buildSend turns slot copy i of q into q.swrs[i]; it returns the status
+// of a request it refuses.
+func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
+	c := q.scopies[i]
+	s := &q.sslot[i]
+	s.Get(c)
+	wr := &q.swrs[i]
+	*wr = stack.SendWR{ID: s.ID, Flags: stack.SendFlags(s.Flags & 0xf), Imm: s.Imm, InvRKey: s.Imm,
+		Remote: stack.RemoteAddr{Addr: s.RemoteAddr, RKey: s.RKey}, CompareAdd: s.CompareAdd, Swap: s.Swap,
+		RemoteQPN: s.RemoteQPN, RemoteQKey: s.RemoteQKey}
+	if int(s.Opcode) >= len(wrOpcodes) || !wrOpcodes[s.Opcode].ok {
+		return stack.WCLocQPOpErr
+	}
+	wr.Op = wrOpcodes[s.Opcode].op
+	if s.Flags&proto.SendInline != 0 && s.Opcode != proto.WRRead && s.Opcode != proto.WRCompareSwap && s.Opcode != proto.WRFetchAdd {
+		if int(s.InlineLen) > q.maxInline || proto.SendSlotHeader+int(s.InlineLen) > len(c) {
+			return stack.WCLocQPOpErr
+		}
+		wr.Inline = c[proto.SendSlotHeader : proto.SendSlotHeader+int(s.InlineLen)]
+	} else {
+		wr.Flags &^= stack.SendInline
+		if int(s.NumSGE) > q.maxSendSGE {
+			return stack.WCLocQPOpErr
+		}
+		sg := q.ssges[i][:s.NumSGE]
+		for j := range sg {
+			a, l, k := proto.GetSGE(c, proto.SendSlotHeader, j)
+			sg[j] = stack.SGE{Addr: a, Length: l, LKey: k}
+		}
+		wr.SG = sg
+	}
+	if q.typ == stack.UD {
+		ss.mu.RLock()
+		ah, ok := ss.objs[s.AH].(*ahObj)
+		ss.mu.RUnlock()
+		if !ok || ah.pd != q.pd {
+			return stack.WCLocQPOpErr
+		}
+		wr.AH = ah.ah
+	}
+	return stack.WCSuccess
+}
+
+// drainRecv posts the receive ring's new requests.
+func (ss *session) drainRecv(q *qpObj) (bool, bool) {
+	prod := q.rq.Producer()
+	n := prod - q.rqCons
+	if n == 0 {
+		return false, false
+	}
+	if n > q.rq.Len() {
+		ss.lies("receive")
+		return false, false
+	}
+	k := int(min(n, uint32(len(q.rwrs))))
+	valid, taken := 0, 0
+	full := false
+	for i := 0; i < k && !full; i++ {
+		c := q.rcopies[valid]
+		copy(c, q.rq.Slot(q.rqCons+uint32(i)))
+		var s proto.RecvSlot
+		s.Get(c)
+		if int(s.NumSGE) > q.maxRecvSGE {
+			// Refused: what came before is posted first.
+			var m int
+			m, full = ss.postRecvs(q, valid)
+			taken += m
+			valid = 0
+			if full {
+				break
+			}
+			q.recvCQ.ring.pushNow(&stack.WC{ID: s.ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
+			taken++
+			continue
+		}
+		sg := q.rsges[valid][:s.NumSGE]
+		for j := range sg {
+			a, l, kk := proto.GetSGE(c, proto.RecvSlotHeader, j)
+			sg[j] = stack.SGE{Addr: a, Length: l, LKey: kk}
+		}
+		q.rwrs[valid] = stack.RecvWR{ID: s.ID, SG: sg}
+		valid++
+	}
+	if !full {
+		var m int
+		m, full = ss.postRecvs(q, valid)
+		taken += m
+	}
+	q.rqCons += uint32(taken)
+	q.rq.SetConsumer(q.rqCons)
+	return taken > 0, full
+}
+
+// postRecvs posts q.rwrs[:n], as postSends does sends.
+func (ss *session) postRecvs(q *qpObj, n int) (int, bool) {
+	done := 0
+	for done < n {
+		m, err := q.q.PostRecvBatch(q.rwrs[done:n])
+		done += m
+		if err == nil {
+			break
+		}
+		if errors.Is(err, stack.ErrQueueFull) {
+			return done, true
+		}
+		q.recvCQ.ring.pushNow(&stack.WC{ID: q.rwrs[done].ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
+		done++
+	}
+	return done, false
+}
+
+// drainSRQ posts the SRQ ring's new receives.
+func (ss *session) drainSRQ(o *srqObj) bool {
+	prod := o.ring.Producer()
+	n := prod - o.cons
+	if n == 0 {
+		return false
+	}
+	if n > o.ring.Len() {
+		ss.lies("srq")
+		return false
+	}
+	k := min(n, uint32(len(o.wrs)))
+	taken := uint32(0)
+	for ; taken < k; taken++ {
+		c := o.copies[0]
+		copy(c, o.ring.Slot(o.cons+taken))
+		var s proto.RecvSlot
+		s.Get(c)
+		if int(s.NumSGE) > o.maxSGE {
+			continue // nothing to complete it on: an SRQ has no CQ
+		}
+		sg := o.sges[0][:s.NumSGE]
+		for j := range sg {
+			a, l, kk := proto.GetSGE(c, proto.RecvSlotHeader, j)
+			sg[j] = stack.SGE{Addr: a, Length: l, LKey: kk}
+		}
+		o.wrs[0] = stack.RecvWR{ID: s.ID, SG: sg}
+		if err := o.srq.PostRecv(&o.wrs[0]); err != nil {
+			if errors.Is(err, stack.ErrQueueFull) {
+				break
+			}
+		}
+	}
+	o.cons += taken
+	o.ring.SetConsumer(o.cons)
+	return taken > 0
+}
