@@ -443,6 +443,13 @@ type Output interface {
 
 // Memory resolves keys to bytes for the QP: the stack's memory region
 // table. Implementations must not allocate.
+//
+// The QP is done with the bytes one call returns (it copied into or out
+// of them) before it calls Memory, Output or CompletionSink again, and
+// it overwrites the whole of what Local returns for AccessLocalWrite:
+// an implementation may return a buffer of its own, read from where the
+// bytes are and written back afterwards (the stack does so for regions
+// in another process's memory).
 type Memory interface {
 	// Local returns the bytes of a local SGE, checking the key, bounds
 	// and, when need includes AccessLocalWrite, the region's rights.

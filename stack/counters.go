@@ -21,6 +21,7 @@ type Counters struct {
 	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
 	AckCoalesced   uint64 // ack_coalesced: ACKs merged into a later one before sending
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
+	BackingErr     uint64 // backing_err: failed reads and writes of backed regions (the process gone, its memory unmapped)
 	QP             qp.Counters
 }
 
@@ -42,8 +43,10 @@ func (d *Device) Counters() Counters {
 		c.RcvSteerDrop += p.rcvSteerDrop.Load()
 		c.TxEncodeErr += p.txEncodeErr.Load()
 		c.AckCoalesced += p.ackCoalesced.Load()
+		c.BackingErr += p.backingErr.Load()
 	}
 	c.CQOverrun = d.cqOverrun.Load()
+	c.BackingErr += d.backingErr.Load()
 	d.retiredMu.Lock()
 	c.QP = d.retired
 	d.retiredMu.Unlock()
@@ -112,6 +115,7 @@ var deviceCounterFields = []struct {
 	{"tx_encode_err", func(c *Counters) *uint64 { return &c.TxEncodeErr }},
 	{"ack_coalesced", func(c *Counters) *uint64 { return &c.AckCoalesced }},
 	{"cq_overrun", func(c *Counters) *uint64 { return &c.CQOverrun }},
+	{"backing_err", func(c *Counters) *uint64 { return &c.BackingErr }},
 }
 
 // Map returns the counters by name.

@@ -167,9 +167,10 @@ type Device struct {
 	qps    qpTable
 	nextPD atomic.Uint32
 
-	closed    atomic.Bool
-	closeOnce sync.Once
-	cqOverrun atomic.Uint64
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	cqOverrun  atomic.Uint64
+	backingErr atomic.Uint64 // failed reads of backed regions on verbs goroutines
 
 	retiredMu sync.Mutex
 	retired   qp.Counters // counters of destroyed QPs

@@ -43,6 +43,13 @@
 // Deregister and Destroy wait for the batch each engine is processing,
 // so that afterwards no engine touches the memory or the QP.
 //
+// A region registered with RegisterMRBacked (the daemon's view of a
+// client's own memory, through /proc/PID/mem) has no buffer: the engine
+// reads one packet's bytes at a time from its Backing into a bounce
+// buffer of its own, and writes back what the QP wrote there before it
+// pushes a completion, transmits, or lets go of the QP, inside the
+// batch (backing.go).
+//
 // # The engine's own transmit policy
 //
 // A plain ACK replaces the same QP's previous ACK while that is still the

@@ -47,7 +47,9 @@ type engine struct {
 	active   []*QP // QPs that have packets to send
 	timers   timerHeap
 	due      []*QP
-	publish  []*CQ // CQs with a sink pushed to in this batch
+	publish  []*CQ        // CQs with a sink pushed to in this batch
+	bounce   []byte       // bytes of backed regions (backing.go), allocated on first use
+	owed     pendingWrite // the write-back of bounce owed, if any
 	c        engineCounters
 	pub      engineCountersAtomic
 }
@@ -56,13 +58,13 @@ type engine struct {
 type engineCounters struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       uint64
-	rcvSteered, rcvSteerDrop, ackCoalesced                                   uint64
+	rcvSteered, rcvSteerDrop, ackCoalesced, backingErr                       uint64
 }
 
 type engineCountersAtomic struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported atomic.Uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       atomic.Uint64
-	rcvSteered, rcvSteerDrop, ackCoalesced                                   atomic.Uint64
+	rcvSteered, rcvSteerDrop, ackCoalesced, backingErr                       atomic.Uint64
 }
 
 func (p *engineCountersAtomic) publish(c *engineCounters) {
@@ -79,6 +81,7 @@ func (p *engineCountersAtomic) publish(c *engineCounters) {
 	p.rcvSteered.Store(c.rcvSteered)
 	p.rcvSteerDrop.Store(c.rcvSteerDrop)
 	p.ackCoalesced.Store(c.ackCoalesced)
+	p.backingErr.Store(c.backingErr)
 }
 
 // wireTransport maps QP types to the transport of their opcodes.
@@ -320,12 +323,14 @@ func (e *engine) acquire(q *QP) {
 }
 
 // releaseCur updates the engine's view of the current QP (timer, send
-// list) and unlocks it.
+// list) and unlocks it, after the write-back of a backed region the QP
+// wrote to.
 func (e *engine) releaseCur() {
 	q := e.cur
 	if q == nil {
 		return
 	}
+	e.writeBack()
 	e.cur = nil
 	q.inEngine = false
 	var d Time
@@ -481,7 +486,8 @@ func (e *engine) send(q *QP, h *bth.Headers, payload []byte) bool {
 
 // flush transmits the batch and reports whether the link took all of it.
 func (e *engine) flush() bool {
-	e.txGen++ // frames move: no coalescing into them any more
+	e.writeBack() // what the frames acknowledge is in place first
+	e.txGen++     // frames move: no coalescing into them any more
 	sent := e.link.Transmit(e.tx[:e.txN])
 	e.c.sentPkts += uint64(sent)
 	rem := e.txN - sent

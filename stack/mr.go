@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -78,14 +79,36 @@ func (pd *PD) use(op string) error {
 // while registered; the stack reads and writes it from its engine
 // goroutines while operations are in flight, so the application
 // synchronises with the peer through completions, as with any RNIC.
+//
+// A region registered with RegisterMRBacked has no buffer: its bytes
+// are read and written through a Backing instead.
 type MR struct {
 	pd     *PD
 	buf    []byte
+	back   Backing // instead of buf, or nil
+	base   uint64  // offset in back of the region's first byte
+	n      int     // length in bytes
 	va     uint64
 	lkey   uint32
 	rkey   uint32
 	access Access
 	valid  atomic.Bool
+	// backMu is read-held by a verbs goroutine reading back (inline
+	// data at post time, outside any engine batch); Deregister takes it
+	// to wait for such a read.
+	backMu sync.RWMutex
+}
+
+// Backing holds the bytes of a region registered with RegisterMRBacked:
+// an *os.File on /proc/PID/mem, for the daemon, whose offsets are the
+// client's addresses. Engines call it from their goroutines, and verbs
+// calls to read inline data, several at once; a call reads or writes at
+// most one packet's payload. Both must transfer all of p or fail: a
+// failure (the process gone, the memory unmapped) makes the access fail
+// as a bad key does, and is counted as backing_err.
+type Backing interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
 }
 
 // RegisterMR registers buf (ibv_reg_mr) with the given rights. Remote
@@ -104,6 +127,33 @@ func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) 
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("register mr: empty buffer: %w", ErrInvalidArg)
 	}
+	return pd.register(&MR{pd: pd, buf: buf, n: len(buf), va: iova, access: access})
+}
+
+// RegisterMRBacked registers length bytes of b, from offset base, with
+// the virtual address iova for the first byte: a region whose bytes the
+// stack reaches through b, a packet at a time, instead of through a
+// buffer (the daemon registers a client's own memory this way, with b
+// the client's /proc/PID/mem and base the client's address). Such a
+// region has no Bytes. Deregister's guarantee holds as for any region:
+// once it returns, b is not called for the region any more.
+func (pd *PD) RegisterMRBacked(b Backing, base uint64, length int, iova uint64, access Access) (*MR, error) {
+	if b == nil {
+		return nil, fmt.Errorf("register mr: no backing: %w", ErrInvalidArg)
+	}
+	if length <= 0 {
+		return nil, fmt.Errorf("register mr: length %d: %w", length, ErrInvalidArg)
+	}
+	if base > math.MaxInt64 || uint64(length) > math.MaxInt64-base {
+		return nil, fmt.Errorf("register mr: offset %#x and length %d pass the backing's offsets: %w", base, length, ErrInvalidArg)
+	}
+	return pd.register(&MR{pd: pd, back: b, base: base, n: length, va: iova, access: access})
+}
+
+// register checks mr's rights and address range and enters it in the
+// device's table.
+func (pd *PD) register(mr *MR) (*MR, error) {
+	access := mr.access
 	if access&^accessAll != 0 {
 		return nil, fmt.Errorf("register mr: unknown access flags %#x: %w", uint32(access&^accessAll), ErrInvalidArg)
 	}
@@ -113,11 +163,10 @@ func (pd *PD) RegisterMRAt(buf []byte, iova uint64, access Access) (*MR, error) 
 	if err := pd.use("register mr"); err != nil {
 		return nil, err
 	}
-	if iova+uint64(len(buf)) < iova {
+	if iova := mr.va; iova+uint64(mr.n) < iova {
 		pd.uses.drop()
-		return nil, fmt.Errorf("register mr: iova %#x and length %d wrap: %w", iova, len(buf), ErrInvalidArg)
+		return nil, fmt.Errorf("register mr: iova %#x and length %d wrap: %w", iova, mr.n, ErrInvalidArg)
 	}
-	mr := &MR{pd: pd, buf: buf, va: iova, access: access}
 	if err := pd.dev.mrs.insert(mr); err != nil {
 		pd.uses.drop()
 		return nil, fmt.Errorf("register mr: %w", err)
@@ -138,9 +187,10 @@ func (mr *MR) RKey() uint32 { return mr.rkey }
 func (mr *MR) Addr() uint64 { return mr.va }
 
 // Len returns the region's length in bytes.
-func (mr *MR) Len() int { return len(mr.buf) }
+func (mr *MR) Len() int { return mr.n }
 
-// Bytes returns the registered buffer.
+// Bytes returns the registered buffer, or nil for a region registered
+// with RegisterMRBacked.
 func (mr *MR) Bytes() []byte { return mr.buf }
 
 // Access returns the region's rights.
@@ -160,8 +210,8 @@ func (mr *MR) SGE(off uint64, length uint32) SGE {
 }
 
 // Deregister removes the region (ibv_dereg_mr). When it returns, no
-// engine touches the buffer any more: requests naming the keys fail
-// with access errors.
+// engine touches the buffer (or calls the backing) any more: requests
+// naming the keys fail with access errors.
 func (mr *MR) Deregister() error {
 	d := mr.pd.dev
 	if !d.mrs.remove(mr) {
@@ -169,6 +219,12 @@ func (mr *MR) Deregister() error {
 	}
 	mr.valid.Store(false)
 	d.quiesce()
+	if mr.back != nil {
+		// A verbs goroutine's read of inline data that found the
+		// region valid ends before this; later ones find it invalid.
+		mr.backMu.Lock()
+		mr.backMu.Unlock() //nolint:staticcheck // an empty critical section is the point
+	}
 	mr.pd.uses.drop()
 	return nil
 }
@@ -181,6 +237,26 @@ func (mr *MR) slice(va uint64, n uint32) ([]byte, bool) {
 		return nil, false
 	}
 	return mr.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// span returns the offset in the backing of the bytes [va, va+n) of a
+// backed region, or false when out of bounds.
+func (mr *MR) span(va uint64, n uint32) (int64, bool) {
+	off := va - mr.va
+	if va < mr.va || off > uint64(mr.n) || uint64(n) > uint64(mr.n)-off {
+		return 0, false
+	}
+	return int64(mr.base + off), true
+}
+
+// inBounds reports whether [va, va+n) lies in the region.
+func (mr *MR) inBounds(va uint64, n uint32) bool {
+	if mr.back != nil {
+		_, ok := mr.span(va, n)
+		return ok
+	}
+	_, ok := mr.slice(va, n)
+	return ok
 }
 
 // mrTable maps key indices to regions. Lookups come from engines (per
@@ -243,48 +319,74 @@ func (t *mrTable) len() int {
 	return len(t.m)
 }
 
-// pdMemory is a PD's view of the region table: qp.Memory for its QPs.
+// pdMemory is a PD's view of the region table: the regions of the PD
+// by key. Each QP's qp.Memory (qpMemory) uses it; it gives the bytes of
+// buffer regions itself, and none of backed regions.
 type pdMemory struct{ pd *PD }
 
 var emptyBytes = []byte{}
 
-// Local implements qp.Memory.
-func (m *pdMemory) Local(lkey uint32, addr uint64, length uint32, need Access) ([]byte, bool) {
+// localMR returns the valid region of this PD whose L_Key is lkey, if it
+// grants AccessLocalWrite when need includes it.
+func (m *pdMemory) localMR(lkey uint32, need Access) *MR {
 	mr := m.pd.dev.mrs.lookup(lkey)
 	if mr == nil || mr.lkey != lkey || mr.pd != m.pd || !mr.valid.Load() {
-		return nil, false
+		return nil
 	}
 	if need&AccessLocalWrite != 0 && mr.access&AccessLocalWrite == 0 {
+		return nil
+	}
+	return mr
+}
+
+// remoteMR returns the valid region of this PD whose R_Key is rkey, if
+// it grants the remote rights in need.
+func (m *pdMemory) remoteMR(rkey uint32, need Access) *MR {
+	mr := m.pd.dev.mrs.lookup(rkey)
+	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd || !mr.valid.Load() {
+		return nil
+	}
+	if need&accessRemote&^mr.access != 0 {
+		return nil
+	}
+	return mr
+}
+
+// Local implements qp.Memory for buffer regions.
+func (m *pdMemory) Local(lkey uint32, addr uint64, length uint32, need Access) ([]byte, bool) {
+	mr := m.localMR(lkey, need)
+	if mr == nil {
 		return nil, false
 	}
 	return mr.slice(addr, length)
 }
 
-// Remote implements qp.Memory. A zero-length access is not checked
-// (IBTA 9.4.4: the R_Key of a zero-length RDMA operation is ignored).
+// Remote implements qp.Memory for buffer regions. A zero-length access
+// is not checked (IBTA 9.4.4: the R_Key of a zero-length RDMA operation
+// is ignored).
 func (m *pdMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([]byte, bool) {
 	if length == 0 {
 		return emptyBytes, true
 	}
-	mr := m.pd.dev.mrs.lookup(rkey)
-	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd || !mr.valid.Load() {
-		return nil, false
-	}
-	if need&accessRemote&^mr.access != 0 {
+	mr := m.remoteMR(rkey, need)
+	if mr == nil {
 		return nil, false
 	}
 	return mr.slice(va, length)
 }
 
-// Check implements qp.Memory.
+// Check implements qp.Memory, for regions of both kinds.
 func (m *pdMemory) Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool {
-	var ok bool
+	var mr *MR
 	if remote {
-		_, ok = m.Remote(key, addr, length, need)
+		if length == 0 {
+			return true
+		}
+		mr = m.remoteMR(key, need)
 	} else {
-		_, ok = m.Local(key, addr, length, need)
+		mr = m.localMR(key, need)
 	}
-	return ok
+	return mr != nil && mr.inBounds(addr, length)
 }
 
 // Invalidate implements qp.Memory: it invalidates the region of this PD

@@ -212,6 +212,7 @@ type QP struct {
 	local     netip.Addr // our address on the path
 	out       qpOutput
 	sink      qpSink
+	mem       qpMemory
 
 	// Owned by the engine goroutine.
 	heapIdx  int    // index in the timer heap, -1 when not armed
@@ -256,6 +257,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1}
 	q.out.q = q
 	q.sink.q = q
+	q.mem.q = q
 	if err := q.takeUses(); err != nil {
 		return nil, err
 	}
@@ -285,7 +287,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		caps.SRQ = init.SRQ.q
 		caps.MaxRecvWR = 0
 	}
-	env := qp.Env{Mem: &pd.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr}
+	env := qp.Env{Mem: &q.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr}
 	if init.Type == RC {
 		env.Stash = &q.eng.stash
 	}
@@ -707,8 +709,12 @@ func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
 // qpSink routes a QP's completions to its CQs.
 type qpSink struct{ q *QP }
 
-// Complete implements qp.CompletionSink.
+// Complete implements qp.CompletionSink. The data of a backed region
+// the completion announces is written back first.
 func (s *qpSink) Complete(wc *WC, recv bool) {
+	if s.q.inEngine {
+		s.q.eng.writeBack()
+	}
 	c := s.q.sendCQ
 	if recv {
 		c = s.q.recvCQ
