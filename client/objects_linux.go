@@ -38,8 +38,9 @@ type MR struct {
 }
 
 // RegisterMR implements verbs.PD. A buffer of AllocBuffer is shared with
-// the daemon; other memory is reached through the process (slower, and
-// only where the daemon supports it).
+// the daemon; other memory the daemon reaches through the process's
+// /proc/PID/mem, a system call per packet (slower; it needs the program
+// to run as the daemon's user, or the daemon as root).
 func (pd *PD) RegisterMR(buf []byte, access stack.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("register mr: empty buffer: %w", stack.ErrInvalidArg)
@@ -194,7 +195,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if ready {
 			return nil
 		}
-		if err := waitFD(ctx, c.ch); err != nil {
+		if err := c.d.waitFD(ctx, c.ch); err != nil {
 			return fmt.Errorf("wait cq: %w", err)
 		}
 	}

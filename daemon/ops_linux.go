@@ -286,22 +286,31 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 		return nil, -1, errnoErr{unix.ENOMEM, fmt.Sprintf("reg mr: %d bytes more would pass the limit of %d registered bytes per client", req.Length, lim)}
 	}
 	o := &mrObj{bytes: int64(req.Length)}
-	var buf []byte
+	var mr *stack.MR
 	switch req.Kind {
 	case proto.MemShared:
+		var buf []byte
 		o.mapping, buf, err = mapClientMem(fds[0], req.Addr, req.Length)
 		if err != nil {
 			return nil, -1, err
 		}
+		if mr, err = pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&0xf)); err != nil {
+			unix.Munmap(o.mapping)
+			return nil, -1, err
+		}
 	case proto.MemProcess:
-		return nil, -1, errnoErr{unix.EOPNOTSUPP, "reg mr: process memory is not supported by this daemon; use shared memory"}
+		if ss.procMem == nil {
+			return nil, -1, errnoErr{unix.EPERM, fmt.Sprintf("reg mr: process memory: the daemon cannot reach the client's memory (%v); "+
+				"run the client as the daemon's user or the daemon as root, or register shared memory", ss.procErr)}
+		}
+		if err := readable(ss.procMem, req.Addr, req.Length); err != nil {
+			return nil, -1, err
+		}
+		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&0xf)); err != nil {
+			return nil, -1, err
+		}
 	default:
 		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("reg mr: memory kind %d", req.Kind)}
-	}
-	mr, err := pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&0xf))
-	if err != nil {
-		unix.Munmap(o.mapping)
-		return nil, -1, err
 	}
 	o.mr = mr
 	ss.mu.Lock()
@@ -370,8 +379,11 @@ func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {
 		srq.Destroy()
 		return nil, -1, err
 	}
-	o := &srqObj{srq: srq, pd: pd, mem: mem, maxSGE: sge, copies: [][]byte{make([]byte, size)},
-		wrs: make([]stack.RecvWR, pollBatch), sges: [][]stack.SGE{make([]stack.SGE, sge)}}
+	o := &srqObj{srq: srq, pd: pd, mem: mem, maxSGE: sge, copies: make([][]byte, pollBatch),
+		wrs: make([]stack.RecvWR, pollBatch), sges: make([][]stack.SGE, pollBatch)}
+	for i := range o.copies {
+		o.copies[i], o.sges[i] = make([]byte, size), make([]stack.SGE, sge)
+	}
 	o.ring, _ = proto.NewRing(mem, slots, size)
 	o.ring.Init()
 	hd, _ := ss.add(kindSRQ, o)
