@@ -50,6 +50,7 @@ var (
 // Device is a device the daemon serves (verbs.Device).
 type Device struct {
 	conn     *net.UnixConn
+	sockFD   int // the socket's descriptor, to watch for the daemon's end
 	socket   string
 	doorbell int
 	hello    proto.HelloResp
@@ -96,7 +97,10 @@ func Open(ctx context.Context, socket string) (*Device, error) {
 		return nil, fmt.Errorf("open %s: %w", socket, err)
 	}
 	d := &Device{conn: c.(*net.UnixConn), socket: socket, doorbell: -1, rbuf: make([]byte, proto.MaxMessage),
-		oob: make([]byte, unix.CmsgSpace(4*4)), mrs: map[uint32]*MR{}}
+		oob: make([]byte, unix.CmsgSpace(4*4)), mrs: map[uint32]*MR{}, sockFD: -1}
+	if rc, err := d.conn.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { d.sockFD = int(fd) })
+	}
 	fd, err := d.call(proto.OpHello, &proto.Hello{Version: proto.Version}, -1, &d.hello)
 	if err != nil {
 		c.Close()
@@ -117,7 +121,7 @@ func Open(ctx context.Context, socket string) (*Device, error) {
 		if _, err := d.call(proto.OpQueryGID, &proto.IndexReq{Port: 1, Index: int32(i)}, -1, &g); err != nil {
 			break
 		}
-		d.gids = append(d.gids, netip.AddrFrom16(g.GID).Unmap())
+		d.gids = append(d.gids, netip.AddrFrom16(g.GID))
 	}
 	d.attr = stack.DeviceAttr{Name: d.hello.Device.String(), NodeGUID: da.NodeGUID, MaxMRSize: da.MaxMRSize,
 		MaxPKeys: int(da.MaxPKeys), PortState: "ACTIVE", MaxMTU: stack.MTU(pa.MaxMTU), ActiveMTU: stack.MTU(pa.ActiveMTU),
@@ -435,22 +439,67 @@ func mapRing(fd int, size uint32) ([]byte, error) {
 	return unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
-// sleepCtx waits on an eventfd until it is signalled or ctx is done.
-func waitFD(ctx context.Context, f *os.File) error {
-	var b [8]byte
+// waitFD waits until eventfd f is signalled, ctx is done, or the
+// daemon ends the session (it stopped, or was killed): the socket then
+// reads as closed, or holds the DeviceGone event.
+func (d *Device) waitFD(ctx context.Context, f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var efd int
+	rc.Control(func(fd uintptr) { efd = int(fd) })
+	fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}, {Fd: int32(d.sockFD), Events: unix.POLLIN}}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		dl := time.Now().Add(50 * time.Millisecond)
-		if t, ok := ctx.Deadline(); ok && t.Before(dl) {
-			dl = t
+		if d.gone.Load() {
+			return ErrDeviceGone
 		}
-		f.SetReadDeadline(dl)
-		if _, err := f.Read(b[:]); err == nil {
-			return nil
-		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+		ms := 50
+		if t, ok := ctx.Deadline(); ok {
+			ms = max(0, min(ms, int(time.Until(t).Milliseconds())+1))
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, ms); err != nil && err != unix.EINTR {
 			return err
 		}
+		if fds[1].Revents != 0 {
+			d.checkGone()
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			var b [8]byte
+			unix.Read(efd, b[:])
+			return nil
+		}
+	}
+}
+
+// checkGone reads what the daemon sent outside a request: its end, or an
+// event.
+func (d *Device) checkGone() {
+	if !d.callMu.TryLock() {
+		return // a request in progress reads the socket
+	}
+	defer d.callMu.Unlock()
+	d.conn.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer d.conn.SetReadDeadline(time.Time{})
+	n, oobn, _, _, err := d.conn.ReadMsgUnix(d.rbuf, d.oob)
+	for _, fd := range parseFDs(d.oob[:oobn]) {
+		unix.Close(fd)
+	}
+	if err != nil {
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			d.gone.Store(true)
+		}
+		return
+	}
+	if n == 0 {
+		d.gone.Store(true)
+		return
+	}
+	if h, _, err := proto.ParseHeader(d.rbuf[:n]); err == nil && h.Op == proto.OpEventDeviceGone {
+		d.gone.Store(true)
 	}
 }

@@ -53,7 +53,7 @@ func newPair(t *testing.T) *pair {
 	return p
 }
 
-func serve(t *testing.T, d *stack.Device, sock string) *daemon.Server {
+func serve(t testing.TB, d *stack.Device, sock string) *daemon.Server {
 	t.Helper()
 	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe"})
 	if err != nil {
@@ -63,7 +63,7 @@ func serve(t *testing.T, d *stack.Device, sock string) *daemon.Server {
 	return s
 }
 
-func open(t *testing.T, s *daemon.Server) *client.Device {
+func open(t testing.TB, s *daemon.Server) *client.Device {
 	t.Helper()
 	d, err := client.Open(context.Background(), s.Socket())
 	if err != nil {
@@ -82,7 +82,7 @@ type end struct {
 	mr  verbs.MR
 }
 
-func newEnd(t *testing.T, dev verbs.Device, size int) *end {
+func newEnd(t testing.TB, dev verbs.Device, size int) *end {
 	t.Helper()
 	e := &end{dev: dev}
 	var err error
@@ -102,7 +102,7 @@ func newEnd(t *testing.T, dev verbs.Device, size int) *end {
 	return e
 }
 
-func (e *end) qp(t *testing.T, typ stack.QPType) verbs.QP {
+func (e *end) qp(t testing.TB, typ stack.QPType) verbs.QP {
 	t.Helper()
 	q, err := e.pd.CreateQP(verbs.QPInit{Type: typ, SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 64, MaxRecvWR: 64,
 		MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 128})
@@ -112,7 +112,7 @@ func (e *end) qp(t *testing.T, typ stack.QPType) verbs.QP {
 	return q
 }
 
-func connect(t *testing.T, qa, qb verbs.QP, ga, gb netip.Addr) {
+func connect(t testing.TB, qa, qb verbs.QP, ga, gb netip.Addr) {
 	t.Helper()
 	acc := stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
 	for _, x := range []struct {
@@ -173,7 +173,7 @@ func TestDaemonOperations(t *testing.T) {
 	A, B := newEnd(t, open(t, p.sa), 1<<20), newEnd(t, open(t, p.sb), 1<<20)
 	ga, _ := A.dev.GID(1)
 	gb, _ := B.dev.GID(1)
-	if ga != ipA || gb != ipB {
+	if ga.Unmap() != ipA || gb.Unmap() != ipB {
 		t.Fatalf("gids %v %v", ga, gb)
 	}
 	qa, qb := A.qp(t, stack.RC), B.qp(t, stack.RC)

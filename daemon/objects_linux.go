@@ -39,11 +39,12 @@ type srqObj struct {
 	ring   proto.Ring
 	cons   uint32
 	maxSGE int
-	// Scratch for the poller: slot copies and the requests built
-	// from them.
+	// Scratch for the poller: slot copies, the requests built from
+	// them, and the backlog wrs[b:b+n] waiting for room.
 	copies [][]byte
 	wrs    []stack.RecvWR
 	sges   [][]stack.SGE
+	b, n   int
 }
 
 type ahObj struct {
@@ -68,13 +69,17 @@ type qpObj struct {
 	maxInline      int
 
 	sqCons, rqCons uint32
-	scopies        [][]byte
-	swrs           []stack.SendWR
+	scopies        [][]byte         // slots copied from the send ring ...
+	swrs           []stack.SendWR   // ... the requests built from them ...
+	sst            []stack.WCStatus // ... and the status of those refused
 	ssges          [][]stack.SGE
 	sslot          []proto.SendSlot
+	sb, sn         int // the backlog: swrs[sb:sb+sn] wait for room
 	rcopies        [][]byte
 	rwrs           []stack.RecvWR
+	rst            []stack.WCStatus
 	rsges          [][]stack.SGE
+	rb, rn         int
 }
 
 // pollBatch is how many requests the poller takes from a ring at a time.

@@ -101,14 +101,15 @@ func (o *qpObj) setupRings(sendWR, recvWR int) (int, proto.CreateQPResp, error) 
 		o.rq, _ = proto.NewRing(mem[sqBytes:], rqSlots, rqSize)
 		o.rq.Init()
 	}
-	o.scopies, o.swrs, o.ssges, o.sslot = make([][]byte, pollBatch), make([]stack.SendWR, pollBatch),
-		make([][]stack.SGE, pollBatch), make([]proto.SendSlot, pollBatch)
+	o.scopies, o.swrs, o.ssges, o.sslot, o.sst = make([][]byte, pollBatch), make([]stack.SendWR, pollBatch),
+		make([][]stack.SGE, pollBatch), make([]proto.SendSlot, pollBatch), make([]stack.WCStatus, pollBatch)
 	for i := range o.scopies {
 		o.scopies[i] = make([]byte, sqSize)
 		o.ssges[i] = make([]stack.SGE, o.maxSendSGE)
 	}
 	if o.hasRQ {
-		o.rcopies, o.rwrs, o.rsges = make([][]byte, pollBatch), make([]stack.RecvWR, pollBatch), make([][]stack.SGE, pollBatch)
+		o.rcopies, o.rwrs, o.rsges, o.rst = make([][]byte, pollBatch), make([]stack.RecvWR, pollBatch),
+			make([][]stack.SGE, pollBatch), make([]stack.WCStatus, pollBatch)
 		for i := range o.rcopies {
 			o.rcopies[i] = make([]byte, rqSize)
 			o.rsges[i] = make([]stack.SGE, o.maxRecvSGE)
@@ -228,12 +229,12 @@ func (ss *session) setWakeup(f uint32) {
 // scanPending reports whether a ring holds requests.
 func (ss *session) scanPending() (bool, bool) {
 	for _, q := range *ss.qps.Load() {
-		if q.sq.Producer() != q.sqCons || (q.hasRQ && q.rq.Producer() != q.rqCons) {
+		if q.sn > 0 || q.rn > 0 || q.sq.Producer() != q.sqCons || (q.hasRQ && q.rq.Producer() != q.rqCons) {
 			return false, true
 		}
 	}
 	for _, s := range *ss.srqs.Load() {
-		if s.ring.Producer() != s.cons {
+		if s.n > 0 || s.ring.Producer() != s.cons {
 			return false, true
 		}
 	}
@@ -275,8 +276,20 @@ var wrOpcodes = [...]struct {
 	proto.WRRead: {stack.OpRead, true}, proto.WRCompareSwap: {stack.OpCompareSwap, true},
 	proto.WRFetchAdd: {stack.OpFetchAdd, true}, proto.WRSendWithInv: {stack.OpSendWithInv, true}}
 
-// drainSend posts the send ring's new requests.
+// drainSend takes the send ring's new requests and posts them. The
+// slots are released (the consumer index stored) as soon as they are
+// copied, before the requests are posted: a completion may come back
+// before the poller would get to store it, and the client, seeing it,
+// posts again at once. Requests the QP's send queue has no room for yet
+// wait in the poller's copies (the backlog) and are posted first on
+// the next scan.
 func (ss *session) drainSend(q *qpObj) (bool, bool) {
+	if q.sn > 0 {
+		done, full := ss.postSends(q, q.sb, q.sb+q.sn)
+		q.sb += done
+		q.sn -= done
+		return done > 0, full
+	}
 	prod := q.sq.Producer()
 	n := prod - q.sqCons
 	if n == 0 {
@@ -287,66 +300,46 @@ func (ss *session) drainSend(q *qpObj) (bool, bool) {
 		return false, false
 	}
 	k := int(min(n, uint32(len(q.swrs))))
-	valid := 0
-	posted := false
-	// Build the requests; a refused one completes with an error at
-	// once, after the valid ones before it are posted.
-	taken := 0
 	for i := 0; i < k; i++ {
-		c := q.scopies[valid]
-		copy(c, q.sq.Slot(q.sqCons+uint32(i)))
-		if st := ss.buildSend(q, valid); st != stack.WCSuccess {
-			if valid > 0 {
-				m, full := ss.postSends(q, valid)
-				taken += m
-				posted = posted || m > 0
-				if full {
-					q.sqCons += uint32(taken)
-					q.sq.SetConsumer(q.sqCons)
-					return posted, true
-				}
-				valid = 0
-			}
-			var s proto.SendSlot
-			s.Get(c)
-			q.sendCQ.ring.pushNow(&stack.WC{ID: s.ID, Status: st, QPN: q.q.QPN()})
-			taken++
-			continue
-		}
-		valid++
+		copy(q.scopies[i], q.sq.Slot(q.sqCons+uint32(i)))
+		q.sst[i] = ss.buildSend(q, i)
 	}
-	full := false
-	if valid > 0 {
-		m, f := ss.postSends(q, valid)
-		taken += m
-		posted = posted || m > 0
-		full = f
-	}
-	q.sqCons += uint32(taken)
+	q.sqCons += uint32(k)
 	q.sq.SetConsumer(q.sqCons)
-	return posted || taken > 0, full
+	done, full := ss.postSends(q, 0, k)
+	q.sb, q.sn = done, k-done
+	return true, full
 }
 
-// postSends posts q.swrs[:n]; it returns how many the ring gives up
-// (posted, or refused with an error completion) and whether the send
-// queue was full.
-func (ss *session) postSends(q *qpObj, n int) (int, bool) {
-	done := 0
-	for done < n {
-		m, err := q.q.PostSendBatch(q.swrs[done:n])
-		done += m
+// postSends posts the built requests q.swrs[from:to], completing the
+// refused ones with their error. It returns how many it is done with
+// and whether the send queue was full.
+func (ss *session) postSends(q *qpObj, from, to int) (int, bool) {
+	i := from
+	for i < to {
+		if q.sst[i] != stack.WCSuccess {
+			q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[i].ID, Status: q.sst[i], QPN: q.q.QPN()})
+			i++
+			continue
+		}
+		j := i
+		for j < to && q.sst[j] == stack.WCSuccess {
+			j++
+		}
+		m, err := q.q.PostSendBatch(q.swrs[i:j])
+		i += m
 		if err == nil {
-			break
+			continue
 		}
 		if errors.Is(err, stack.ErrQueueFull) {
-			return done, true
+			return i - from, true
 		}
-		// The request at done is refused by the QP (its state or
-		// its attributes): it completes with an error.
-		q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[done].ID, Status: stack.WCLocQPOpErr, QPN: q.q.QPN()})
-		done++
+		// Refused by the QP (its state, its attributes): an error
+		// completion.
+		q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[i].ID, Status: stack.WCLocQPOpErr, QPN: q.q.QPN()})
+		i++
 	}
-	return done, false
+	return i - from, false
 }
 
 // buildSend turns slot copy i of q into q.swrs[i]; it returns the status
@@ -392,8 +385,15 @@ func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
 	return stack.WCSuccess
 }
 
-// drainRecv posts the receive ring's new requests.
+// drainRecv takes the receive ring's new requests and posts them, as
+// drainSend does.
 func (ss *session) drainRecv(q *qpObj) (bool, bool) {
+	if q.rn > 0 {
+		done, full := ss.postRecvs(q, q.rb, q.rb+q.rn)
+		q.rb += done
+		q.rn -= done
+		return done > 0, full
+	}
 	prod := q.rq.Producer()
 	n := prod - q.rqCons
 	if n == 0 {
@@ -404,96 +404,101 @@ func (ss *session) drainRecv(q *qpObj) (bool, bool) {
 		return false, false
 	}
 	k := int(min(n, uint32(len(q.rwrs))))
-	valid, taken := 0, 0
-	full := false
-	for i := 0; i < k && !full; i++ {
-		c := q.rcopies[valid]
+	for i := 0; i < k; i++ {
+		c := q.rcopies[i]
 		copy(c, q.rq.Slot(q.rqCons+uint32(i)))
 		var s proto.RecvSlot
 		s.Get(c)
+		q.rwrs[i] = stack.RecvWR{ID: s.ID}
 		if int(s.NumSGE) > q.maxRecvSGE {
-			// Refused: what came before is posted first.
-			var m int
-			m, full = ss.postRecvs(q, valid)
-			taken += m
-			valid = 0
-			if full {
-				break
-			}
-			q.recvCQ.ring.pushNow(&stack.WC{ID: s.ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
-			taken++
+			q.rst[i] = stack.WCLocQPOpErr
 			continue
 		}
-		sg := q.rsges[valid][:s.NumSGE]
+		q.rst[i] = stack.WCSuccess
+		sg := q.rsges[i][:s.NumSGE]
 		for j := range sg {
 			a, l, kk := proto.GetSGE(c, proto.RecvSlotHeader, j)
 			sg[j] = stack.SGE{Addr: a, Length: l, LKey: kk}
 		}
-		q.rwrs[valid] = stack.RecvWR{ID: s.ID, SG: sg}
-		valid++
+		q.rwrs[i].SG = sg
 	}
-	if !full {
-		var m int
-		m, full = ss.postRecvs(q, valid)
-		taken += m
-	}
-	q.rqCons += uint32(taken)
+	q.rqCons += uint32(k)
 	q.rq.SetConsumer(q.rqCons)
-	return taken > 0, full
+	done, full := ss.postRecvs(q, 0, k)
+	q.rb, q.rn = done, k-done
+	return true, full
 }
 
-// postRecvs posts q.rwrs[:n], as postSends does sends.
-func (ss *session) postRecvs(q *qpObj, n int) (int, bool) {
-	done := 0
-	for done < n {
-		m, err := q.q.PostRecvBatch(q.rwrs[done:n])
-		done += m
+// postRecvs posts q.rwrs[from:to], as postSends does sends.
+func (ss *session) postRecvs(q *qpObj, from, to int) (int, bool) {
+	i := from
+	for i < to {
+		if q.rst[i] != stack.WCSuccess {
+			q.recvCQ.ring.pushNow(&stack.WC{ID: q.rwrs[i].ID, Status: q.rst[i], Opcode: stack.WCRecv, QPN: q.q.QPN()})
+			i++
+			continue
+		}
+		j := i
+		for j < to && q.rst[j] == stack.WCSuccess {
+			j++
+		}
+		m, err := q.q.PostRecvBatch(q.rwrs[i:j])
+		i += m
 		if err == nil {
-			break
+			continue
 		}
 		if errors.Is(err, stack.ErrQueueFull) {
-			return done, true
+			return i - from, true
 		}
-		q.recvCQ.ring.pushNow(&stack.WC{ID: q.rwrs[done].ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
-		done++
+		q.recvCQ.ring.pushNow(&stack.WC{ID: q.rwrs[i].ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
+		i++
 	}
-	return done, false
+	return i - from, false
 }
 
-// drainSRQ posts the SRQ ring's new receives.
+// drainSRQ takes the SRQ ring's new receives and posts them, as
+// drainSend does (a malformed one is dropped: an SRQ has no CQ).
 func (ss *session) drainSRQ(o *srqObj) bool {
-	prod := o.ring.Producer()
-	n := prod - o.cons
-	if n == 0 {
-		return false
-	}
-	if n > o.ring.Len() {
-		ss.lies("srq")
-		return false
-	}
-	k := min(n, uint32(len(o.wrs)))
-	taken := uint32(0)
-	for ; taken < k; taken++ {
-		c := o.copies[0]
-		copy(c, o.ring.Slot(o.cons+taken))
-		var s proto.RecvSlot
-		s.Get(c)
-		if int(s.NumSGE) > o.maxSGE {
-			continue // nothing to complete it on: an SRQ has no CQ
+	if o.n == 0 {
+		prod := o.ring.Producer()
+		n := prod - o.cons
+		if n == 0 {
+			return false
 		}
-		sg := o.sges[0][:s.NumSGE]
-		for j := range sg {
-			a, l, kk := proto.GetSGE(c, proto.RecvSlotHeader, j)
-			sg[j] = stack.SGE{Addr: a, Length: l, LKey: kk}
+		if n > o.ring.Len() {
+			ss.lies("srq")
+			return false
 		}
-		o.wrs[0] = stack.RecvWR{ID: s.ID, SG: sg}
-		if err := o.srq.PostRecv(&o.wrs[0]); err != nil {
-			if errors.Is(err, stack.ErrQueueFull) {
-				break
+		k := int(min(n, uint32(len(o.wrs))))
+		m := 0
+		for i := 0; i < k; i++ {
+			c := o.copies[m]
+			copy(c, o.ring.Slot(o.cons+uint32(i)))
+			var s proto.RecvSlot
+			s.Get(c)
+			if int(s.NumSGE) > o.maxSGE {
+				continue
 			}
+			sg := o.sges[m][:s.NumSGE]
+			for j := range sg {
+				a, l, kk := proto.GetSGE(c, proto.RecvSlotHeader, j)
+				sg[j] = stack.SGE{Addr: a, Length: l, LKey: kk}
+			}
+			o.wrs[m] = stack.RecvWR{ID: s.ID, SG: sg}
+			m++
 		}
+		o.cons += uint32(k)
+		o.ring.SetConsumer(o.cons)
+		o.b, o.n = 0, m
 	}
-	o.cons += taken
-	o.ring.SetConsumer(o.cons)
-	return taken > 0
+	posted := 0
+	for o.n > 0 {
+		if err := o.srq.PostRecv(&o.wrs[o.b]); err != nil && errors.Is(err, stack.ErrQueueFull) {
+			break
+		}
+		o.b++
+		o.n--
+		posted++
+	}
+	return posted > 0
 }

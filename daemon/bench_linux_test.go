@@ -1,0 +1,177 @@
+package daemon_test
+
+import (
+	"context"
+	"net/netip"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
+)
+
+// The same work through the in-process stack (verbs.Local) and through
+// the daemon (client), side by side on the same pair of pipe-joined
+// devices: run them together, e.g.
+//
+//	go test -run '^$' -bench 'Path' -count 4 ./daemon
+
+type benchSide struct {
+	A, B   *end
+	qa, qb verbs.QP
+}
+
+func benchSides(b *testing.B, daemonPath bool, size int) *benchSide {
+	b.Helper()
+	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
+	da, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb})
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var va, vb verbs.Device = verbs.Local(da), verbs.Local(db)
+	if daemonPath {
+		dir := b.TempDir()
+		sa, sb := serve(b, da, dir+"/a.sock"), serve(b, db, dir+"/b.sock")
+		b.Cleanup(func() { sa.Shutdown(); sb.Shutdown() })
+		va, vb = open(b, sa), open(b, sb)
+	}
+	b.Cleanup(func() { va.Close(); vb.Close(); da.Close(); db.Close() })
+	s := &benchSide{A: newEnd(b, va, size), B: newEnd(b, vb, size)}
+	s.qa, s.qb = s.A.qp(b, stack.RC), s.B.qp(b, stack.RC)
+	ga, _ := va.GID(1)
+	gb, _ := vb.GID(1)
+	connect(b, s.qa, s.qb, ga, gb)
+	return s
+}
+
+// writes posts b.N WRITEs of size bytes, depth in flight, every batch
+// of batch signaled once.
+func (s *benchSide) writes(b *testing.B, size, depth, batch int) {
+	wrs := make([]verbs.SendWR, batch)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Op: stack.OpWrite, SG: []stack.SGE{s.A.mr.SGE(0, uint32(size))},
+			Remote: stack.RemoteAddr{Addr: s.B.mr.Addr(), RKey: s.B.mr.RKey()}}
+	}
+	wrs[batch-1].Flags = stack.SendSignaled
+	wcs := make([]stack.WC, 16)
+	b.ResetTimer()
+	start := time.Now()
+	posted, done, inflight := 0, 0, 0
+	for done < b.N {
+		for posted < b.N && inflight < depth {
+			if _, err := s.qa.PostSendBatch(wrs); err != nil {
+				b.Fatal(err)
+			}
+			posted += batch
+			inflight++
+		}
+		n := s.A.cq.Poll(wcs)
+		if n == 0 {
+			runtime.Gosched()
+			continue
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != 0 {
+				b.Fatalf("completion %+v", wc)
+			}
+			done += batch
+			inflight--
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(done)*float64(size)*8/el.Seconds()/1e9, "Gbit/s")
+	b.ReportMetric(float64(done)/el.Seconds()/1e6, "Mmsg/s")
+}
+
+// pingpong measures the round trip of size-byte WRITEs polled for, as
+// ib_write_lat does: each side waits for the other's last byte to change.
+func (s *benchSide) pingpong(b *testing.B, size int) {
+	lat := make([]time.Duration, 0, b.N)
+	post := func(q verbs.QP, from, to *end, v byte) {
+		from.buf[size-1] = v
+		if err := q.PostSend(&verbs.SendWR{Op: stack.OpWrite, Flags: stack.SendInline, SG: []stack.SGE{from.mr.SGE(0, uint32(size))},
+			Remote: stack.RemoteAddr{Addr: to.mr.Addr(), RKey: to.mr.RKey()}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The peer answers every WRITE with one (its own goroutine, as the
+	// other process would).
+	stop := make(chan struct{})
+	go func() {
+		var v byte
+		for i := 0; ; i++ {
+			for s.B.buf[size-1] == v {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+			v = s.B.buf[size-1]
+			post(s.qb, s.B, s.A, v)
+			if i%32 == 31 {
+				reap(s.B.cq)
+			}
+		}
+	}()
+	b.ResetTimer()
+	var v byte
+	for i := 0; i < b.N; i++ {
+		v++
+		if v == 0 {
+			v = 1
+		}
+		t0 := time.Now()
+		post(s.qa, s.A, s.B, v)
+		for s.A.buf[size-1] != v {
+		}
+		lat = append(lat, time.Since(t0))
+		if i%32 == 31 {
+			reap(s.A.cq)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/2e3, "µs-median-one-way")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/2e3, "µs-p99-one-way")
+}
+
+func reap(cq verbs.CQ) {
+	wcs := make([]stack.WC, 64)
+	for cq.Poll(wcs) > 0 {
+	}
+}
+
+func BenchmarkPathWrite64K(b *testing.B) {
+	for _, d := range []bool{false, true} {
+		b.Run(pathName(d), func(b *testing.B) { benchSides(b, d, 64<<10).writes(b, 64<<10, 16, 1) })
+	}
+}
+
+func BenchmarkPathWrite64B(b *testing.B) {
+	for _, d := range []bool{false, true} {
+		b.Run(pathName(d), func(b *testing.B) { benchSides(b, d, 4096).writes(b, 64, 16, 16) })
+	}
+}
+
+func BenchmarkPathLat64B(b *testing.B) {
+	for _, d := range []bool{false, true} {
+		b.Run(pathName(d), func(b *testing.B) { benchSides(b, d, 4096).pingpong(b, 64) })
+	}
+}
+
+func pathName(d bool) string {
+	if d {
+		return "daemon"
+	}
+	return "inprocess"
+}
