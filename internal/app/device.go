@@ -36,6 +36,11 @@ type DeviceFlags struct {
 	// sleeping in poll(2) (stack.Config.BusyPoll): lower latency for a
 	// whole CPU per engine.
 	BusyPoll bool
+	// Daemon, when set, runs the tool on the uroce daemon's device
+	// instead of opening the interface: -d then names the daemon's
+	// device (default uroce0), and Daemon is the socket (or "true" for
+	// the device's default socket).
+	Daemon daemonFlag
 
 	links  []stack.Link       // as opened on the interface
 	faults []*stack.FaultLink // the fault-injecting wrappers
@@ -57,6 +62,30 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
 	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
+	fs.Var(&f.Daemon, "daemon", "run on the uroce daemon's device (--daemon=SOCKET for another socket); -d names the device")
+}
+
+// daemonFlag is --daemon or --daemon=SOCKET.
+type daemonFlag string
+
+func (d *daemonFlag) String() string     { return string(*d) }
+func (d *daemonFlag) Set(s string) error { *d = daemonFlag(s); return nil }
+func (d *daemonFlag) IsBoolFlag() bool   { return true }
+
+// Socket returns the daemon's socket for device dev, or "" without
+// --daemon.
+func (f *DeviceFlags) Socket() string {
+	switch f.Daemon {
+	case "", "false":
+		return ""
+	case "true":
+		dev := f.Interface
+		if dev == "" {
+			dev = "uroce0"
+		}
+		return "/run/uroce/" + dev + ".sock"
+	}
+	return string(f.Daemon)
 }
 
 // deviceHelp are the help lines of the flags Register adds, but the
@@ -66,6 +95,7 @@ var deviceHelp = [][2]string{
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
 	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
 	{"--stats", "print the device and AF_XDP counters at the end"},
+	{"--daemon[=SOCKET]", "run on the uroce daemon's device, no root needed (-d names the device, default uroce0)"},
 	{"--send-window=N", "request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)"},
 }
 
@@ -106,6 +136,12 @@ func (f *DeviceFlags) Faulty() bool {
 // returns its verbs (verbs.Local). The links are wrapped with fault
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
+	if sock := f.Socket(); sock != "" {
+		if f.Faulty() || f.BusyPoll || f.XDPMode != "" {
+			return nil, errors.New("fault injection, --busy-poll and --xdp-mode are the daemon's: give them to uroce daemon")
+		}
+		return openDaemon(ctx, sock)
+	}
 	if f.Interface == "" {
 		return nil, ErrNoInterface
 	}

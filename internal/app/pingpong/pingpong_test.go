@@ -91,30 +91,35 @@ func TestToolsOverPipe(t *testing.T) {
 		{tool: pp.SRQ, size: 64, iters: 40, nqp: 4, rx: 10, linkMTU: 1500},
 		{tool: pp.SRQ, size: 3000, iters: 10, nqp: 1, linkMTU: 1500},
 	} {
-		t.Run(fmt.Sprintf("%v/%d/%d", tc.tool, tc.size, tc.nqp), func(t *testing.T) {
-			p := apptest.NewPair(t, tc.linkMTU, nil)
-			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, RxDepth: tc.rx, MTU: tc.mtu,
-				NumQP: tc.nqp, GIDIndex: AutoGID, Check: true, Verify: true}
-			s, c := runPair(t, p, cfg, cfg)
-			if s.err != nil || c.err != nil {
-				t.Fatalf("server: %v (%s), client: %v (%s)", s.err, s.log.String(), c.err, c.log.String())
-			}
-			nqp := max(tc.nqp, 1)
-			checkOutput(t, "server", s.out.String(), nqp, tc.size, tc.iters)
-			checkOutput(t, "client", c.out.String(), nqp, tc.size, tc.iters)
-			for _, x := range []*side{s, c} {
-				if x.res.Recvd < tc.iters || x.res.Sent < tc.iters {
-					t.Errorf("sent %d, received %d, want %d each", x.res.Sent, x.res.Recvd, tc.iters)
+		for _, viaDaemon := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/%d/%d/daemon=%v", tc.tool, tc.size, tc.nqp, viaDaemon), func(t *testing.T) {
+				p := apptest.NewPair(t, tc.linkMTU, nil)
+				if viaDaemon {
+					p = apptest.NewDaemonPair(t, tc.linkMTU, nil)
 				}
-			}
-			// Each side names the other's QPs and PSNs.
-			for i := range s.res.Local {
-				if s.res.Local[i] != c.res.Remote[i] || c.res.Local[i] != s.res.Remote[i] {
-					t.Errorf("QP %d: addresses differ: server %+v/%+v, client %+v/%+v",
-						i, s.res.Local[i], s.res.Remote[i], c.res.Local[i], c.res.Remote[i])
+				cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, RxDepth: tc.rx, MTU: tc.mtu,
+					NumQP: tc.nqp, GIDIndex: AutoGID, Check: true, Verify: true}
+				s, c := runPair(t, p, cfg, cfg)
+				if s.err != nil || c.err != nil {
+					t.Fatalf("server: %v (%s), client: %v (%s)", s.err, s.log.String(), c.err, c.log.String())
 				}
-			}
-		})
+				nqp := max(tc.nqp, 1)
+				checkOutput(t, "server", s.out.String(), nqp, tc.size, tc.iters)
+				checkOutput(t, "client", c.out.String(), nqp, tc.size, tc.iters)
+				for _, x := range []*side{s, c} {
+					if x.res.Recvd < tc.iters || x.res.Sent < tc.iters {
+						t.Errorf("sent %d, received %d, want %d each", x.res.Sent, x.res.Recvd, tc.iters)
+					}
+				}
+				// Each side names the other's QPs and PSNs.
+				for i := range s.res.Local {
+					if s.res.Local[i] != c.res.Remote[i] || c.res.Local[i] != s.res.Remote[i] {
+						t.Errorf("QP %d: addresses differ: server %+v/%+v, client %+v/%+v",
+							i, s.res.Local[i], s.res.Remote[i], c.res.Local[i], c.res.Remote[i])
+					}
+				}
+			})
+		}
 	}
 }
 

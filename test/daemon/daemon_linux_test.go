@@ -1,0 +1,343 @@
+// Package daemon_test runs the uroce daemon as users do: `uroce daemon`
+// processes on the two ends of a veth pair, in network namespaces of the
+// test's own, and unprivileged client processes (uroce pingpong and uroce
+// perf with --daemon) on them, several at once; clients killed with
+// SIGKILL mid-transfer, and daemons stopped and started again under
+// load.
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/client"
+	"github.com/uroce/uroce/internal/netns"
+	"github.com/uroce/uroce/internal/netns/netnstest"
+	"github.com/uroce/uroce/proto"
+)
+
+var uroceBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		flag.Parse()
+		if os.Geteuid() != 0 {
+			return m.Run() // the tests skip with the reason
+		}
+		if bin := os.Getenv("UROCE_DAEMON_BIN"); bin != "" {
+			uroceBin = bin
+			return m.Run()
+		}
+		dir, err := os.MkdirTemp("", "uroce-daemon-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		os.Chmod(dir, 0o755)
+		uroceBin = filepath.Join(dir, "uroce")
+		cmd := exec.Command("go", "build", "-o", uroceBin, "github.com/uroce/uroce/cmd/uroce")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building uroce:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// net2 is two namespaces joined by a veth pair, each end with a daemon.
+type net2 struct {
+	t      *testing.T
+	ns     [2]*netns.Namespace
+	dev    [2]string
+	ip     [2]netip.Addr
+	dir    string
+	socket [2]string
+	d      [2]*exec.Cmd
+	logs   [2]*bytes.Buffer
+}
+
+func newNet(t *testing.T, mtu int) *net2 {
+	t.Helper()
+	netnstest.RequireAFXDP(t)
+	n := &net2{t: t, dev: [2]string{"va", "vb"}, ip: [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}}
+	n.ns[0], n.ns[1] = netnstest.New(t, "udA"), netnstest.New(t, "udB")
+	if err := netns.AddVeth(n.ns[0], n.dev[0], n.ns[1], n.dev[1], 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.ns {
+		if err := n.ns[i].SetMTU(n.dev[i], mtu); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.ns[i].AddAddr(n.dev[i], netip.PrefixFrom(n.ip[i], 24)); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.ns[i].SetUp(n.dev[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The clients run as nobody: the sockets' directory must be theirs
+	// to reach (t.TempDir's parent is not).
+	dir, err := os.MkdirTemp("", "uroce-daemon-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n.dir = dir
+	for i := range n.socket {
+		n.socket[i] = filepath.Join(n.dir, fmt.Sprintf("uroce%d.sock", i))
+		n.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range n.d {
+			n.stop(i)
+		}
+		if t.Failed() {
+			for i := range n.logs {
+				if n.logs[i] != nil {
+					t.Logf("daemon %d:\n%s", i, n.logs[i].String())
+				}
+			}
+		}
+	})
+	return n
+}
+
+// start runs daemon i and waits until it answers.
+func (n *net2) start(i int) {
+	n.t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", n.ns[i].Name(), uroceBin, "daemon", "-d", n.dev[i],
+		"--socket", n.socket[i], "--xdp-mode", "generic", "--log-level", "debug", "--group", "nogroup")
+	if n.logs[i] == nil {
+		n.logs[i] = &bytes.Buffer{}
+	}
+	cmd.Stdout, cmd.Stderr = n.logs[i], n.logs[i]
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.d[i] = cmd
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := client.Open(context.Background(), n.socket[i])
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("daemon %d does not answer: %v\n%s", i, err, n.logs[i])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop stops daemon i with SIGTERM and waits for it.
+func (n *net2) stop(i int) error {
+	cmd := n.d[i]
+	if cmd == nil {
+		return nil
+	}
+	n.d[i] = nil
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("daemon %d did not stop on SIGTERM", i)
+	}
+}
+
+// tool runs a uroce tool on daemon i, in its namespace (for the TCP
+// exchange), as user nobody: clients need no privilege.
+func (n *net2) tool(i int, args ...string) *exec.Cmd {
+	full := append([]string{"netns", "exec", n.ns[i].Name(), "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, args...)
+	cmd := exec.Command("ip", full...)
+	return cmd
+}
+
+// run runs a server and a client tool and returns their outputs.
+type run struct {
+	cmd *exec.Cmd
+	out bytes.Buffer
+}
+
+func (n *net2) launch(i int, args ...string) *run {
+	r := &run{cmd: n.tool(i, args...)}
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	if err := r.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	return r
+}
+
+func (r *run) wait(t *testing.T, limit time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		r.cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v did not end within %v (a hang):\n%s", r.cmd.Args, limit, r.out.String())
+		return nil
+	}
+}
+
+func (n *net2) stat(i int) proto.Stat {
+	n.t.Helper()
+	c, err := client.Open(context.Background(), n.socket[i])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.Stat(0)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return *st
+}
+
+func daemonFlag(n *net2, i int) string { return "--daemon=" + n.socket[i] }
+
+// TestClientsAtOnce: two pairs of unprivileged clients at once, on the
+// two daemons, each pair over its own QPs: pingpong and perftest.
+func TestClientsAtOnce(t *testing.T) {
+	n := newNet(t, 9000)
+	s1 := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18601", "-n", "500", "-s", "4096", "--verify")
+	s2 := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18602", "-s", "65536", "-n", "2000")
+	time.Sleep(300 * time.Millisecond)
+	c1 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18601", "-n", "500", "-s", "4096", "--verify", n.ip[0].String())
+	c2 := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18602", "-s", "65536", "-n", "2000", n.ip[0].String())
+	for _, r := range []*run{c1, c2, s1, s2} {
+		if err := r.wait(t, 2*time.Minute); err != nil {
+			t.Errorf("%v: %v\n%s", r.cmd.Args[5:], err, r.out.String())
+		}
+	}
+	if !strings.Contains(c1.out.String(), "500 iters") || !strings.Contains(s2.out.String(), "65536") {
+		t.Errorf("outputs:\n%s\n%s", c1.out.String(), s2.out.String())
+	}
+	for i := range 2 {
+		if st := n.stat(i); st.Device.Counters["rcv_icrc_err"] != 0 {
+			t.Errorf("daemon %d: icrc errors %d", i, st.Device.Counters["rcv_icrc_err"])
+		}
+	}
+}
+
+// TestKilledClient: a client killed with SIGKILL in the middle of a
+// transfer takes its objects with it; the other clients go on.
+func TestKilledClient(t *testing.T) {
+	n := newNet(t, 9000)
+	victimS := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18611", "-s", "65536", "-n", "100000000")
+	otherS := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18612", "-n", "3000", "--verify")
+	time.Sleep(300 * time.Millisecond)
+	victimC := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18611", "-s", "65536", "-n", "100000000", n.ip[0].String())
+	otherC := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18612", "-n", "3000", "--verify", n.ip[0].String())
+	// Let the transfer run, then kill its writer.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if st := n.stat(1); len(st.QPs) >= 2 && st.Device.Counters["sent_pkts"] > 2000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no transfer under way:\n%s\n%s", victimC.out.String(), victimS.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := len(n.stat(1).Sessions)
+	victimC.cmd.Process.Signal(syscall.SIGKILL)
+	victimC.wait(t, 30*time.Second)
+	victimS.cmd.Process.Signal(syscall.SIGKILL)
+	victimS.wait(t, 30*time.Second)
+	for _, r := range []*run{otherC, otherS} {
+		if err := r.wait(t, 2*time.Minute); err != nil {
+			t.Errorf("the other client failed: %v\n%s", err, r.out.String())
+		}
+	}
+	// The killed clients' sessions and QPs are gone.
+	for i := range 2 {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st := n.stat(i)
+			if len(st.Sessions) == 1 && len(st.QPs) == 0 { // the stat client itself
+				break
+			}
+			if time.Now().After(deadline) {
+				b, _ := json.MarshalIndent(st, "", " ")
+				t.Fatalf("daemon %d keeps objects of clients that are gone (had %d sessions):\n%s", i, before, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// TestDaemonRestart: a daemon stopped under load gives its clients
+// errors, not hangs; after a restart new clients work.
+func TestDaemonRestart(t *testing.T) {
+	n := newNet(t, 1500)
+	s := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18621", "-s", "65536", "-n", "100000000")
+	time.Sleep(300 * time.Millisecond)
+	c := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18621", "-s", "65536", "-n", "100000000", n.ip[0].String())
+	deadline := time.Now().Add(30 * time.Second)
+	for n.stat(1).Device.Counters["sent_pkts"] < 1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no transfer:\n%s", c.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := n.stop(1); err != nil {
+		t.Fatalf("stopping daemon 1: %v\n%s", err, n.logs[1])
+	}
+	if _, err := os.Stat(n.socket[1]); !os.IsNotExist(err) {
+		t.Errorf("socket left after the daemon stopped: %v", err)
+	}
+	if err := c.wait(t, time.Minute); err == nil {
+		t.Errorf("the client of the stopped daemon succeeded:\n%s", c.out.String())
+	}
+	s.wait(t, 2*time.Minute) // its peer vanished: it fails too, or ends, but must not hang
+	// Started again, the daemon serves new clients (the XDP program and
+	// the queues were released).
+	n.start(1)
+	s2 := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18622", "-n", "200")
+	time.Sleep(300 * time.Millisecond)
+	c2 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18622", "-n", "200", n.ip[0].String())
+	for _, r := range []*run{c2, s2} {
+		if err := r.wait(t, time.Minute); err != nil {
+			t.Errorf("after the restart: %v\n%s", err, r.out.String())
+		}
+	}
+	// kill -9 of a daemon: the next one comes up cleanly too.
+	n.d[1].Process.Signal(syscall.SIGKILL)
+	n.d[1].Wait()
+	n.d[1] = nil
+	n.start(1)
+}
+
+// TestSecondDaemonRefused: one daemon per interface, and the message
+// names the one that runs.
+func TestSecondDaemonRefused(t *testing.T) {
+	n := newNet(t, 1500)
+	out, err := exec.Command("ip", "netns", "exec", n.ns[0].Name(), uroceBin, "daemon", "-d", n.dev[0],
+		"--socket", n.socket[0]+".2").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already runs on "+n.dev[0]) || !strings.Contains(string(out), "pid") {
+		t.Fatalf("second daemon: %v: %s", err, out)
+	}
+}
