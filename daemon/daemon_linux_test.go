@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -55,7 +58,7 @@ func newPair(t *testing.T) *pair {
 
 func serve(t testing.TB, d *stack.Device, sock string) *daemon.Server {
 	t.Helper()
-	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe"})
+	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe", Spin: spin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,3 +306,82 @@ func TestDaemonUDAndSRQ(t *testing.T) {
 		}
 	}
 }
+
+// TestManyClients: 64 clients with 16 QPs each on one daemon, every QP
+// moving data at once to a peer client on the other daemon.
+func TestManyClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping 64 clients with -short")
+	}
+	p := newPair(t)
+	const clients, qps, size = 64, 16, 64 << 10
+	type job struct {
+		A, B   *end
+		qa, qb []verbs.QP
+	}
+	jobs := make([]*job, clients)
+	for i := range jobs {
+		j := &job{A: newEnd(t, open(t, p.sa), qps*size), B: newEnd(t, open(t, p.sb), qps*size)}
+		ga, _ := j.A.dev.GID(1)
+		gb, _ := j.B.dev.GID(1)
+		for k := 0; k < qps; k++ {
+			qa, qb := j.A.qp(t, stack.RC), j.B.qp(t, stack.RC)
+			connect(t, qa, qb, ga, gb)
+			j.qa, j.qb = append(j.qa, qa), append(j.qb, qb)
+		}
+		fill(j.A.buf, byte(i))
+		jobs[i] = j
+	}
+	if st := p.sa.Stats(0); len(st.Sessions) != clients {
+		t.Fatalf("%d sessions, want %d", len(st.Sessions), clients)
+	}
+	errs := make(chan error, clients)
+	for _, j := range jobs {
+		go func() {
+			for k, q := range j.qa {
+				off := uint64(k * size)
+				if err := q.PostSend(&verbs.SendWR{ID: uint64(k), Op: stack.OpWrite, Flags: stack.SendSignaled,
+					SG: []stack.SGE{j.A.mr.SGE(off, size)}, Remote: stack.RemoteAddr{Addr: j.B.mr.Addr() + off, RKey: j.B.mr.RKey()}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			wcs := make([]stack.WC, qps)
+			for got := 0; got < qps; {
+				n := j.A.cq.Poll(wcs)
+				for _, wc := range wcs[:n] {
+					if wc.Status != 0 {
+						errs <- fmt.Errorf("completion %+v", wc)
+						return
+					}
+				}
+				got += n
+				if n == 0 {
+					if err := j.A.cq.Wait(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			if !bytes.Equal(j.A.buf, j.B.buf) {
+				errs <- errors.New("data differs")
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// spin is how long the daemons' pollers spin before they sleep
+// (UROCE_DAEMON_SPIN, default the daemon's).
+var spin = func() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("UROCE_DAEMON_SPIN"))
+	return d
+}()

@@ -49,6 +49,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	busy := fs.Bool("busy-poll", false, "engines spin on the queues instead of sleeping in poll(2)")
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	spin := fs.Duration("poll-spin", time.Millisecond, "how long a client's idle rings are polled before the daemon waits for its doorbell")
 	var lim daemon.Limits = daemon.DefaultLimits
 	fs.IntVar(&lim.QPs, "max-qps", lim.QPs, "QPs per client")
 	fs.IntVar(&lim.CQs, "max-cqs", lim.CQs, "CQs per client")
@@ -89,7 +90,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer dev.Close()
 	srv, err := daemon.Listen(daemon.Config{Device: dev, Name: *name, Netdev: *iface, Socket: *socket, Group: *group,
-		Limits: lim, Log: log})
+		Limits: lim, Log: log, Spin: *spin})
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 1
