@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/stack"
+)
+
+// FuzzHandle feeds a session any sequence of requests: the daemon
+// answers or refuses each, never panics, and cleans up what was made.
+// The input is messages, each behind a 2-byte length.
+func FuzzHandle(f *testing.F) {
+	seed := func(msgs ...[]byte) []byte {
+		var b []byte
+		for _, m := range msgs {
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(m)))
+			b = append(b, m...)
+		}
+		return b
+	}
+	msg := func(op proto.Op, body any) []byte {
+		m, _ := proto.Marshal(proto.Header{Op: op, Seq: 1}, body)
+		return m
+	}
+	hello := msg(proto.OpHello, &proto.Hello{Version: proto.Version})
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8}),
+		msg(proto.OpCreateQP, &proto.CreateQP{PD: 1, Type: proto.QPTypeRC, SendCQ: 2, RecvCQ: 2, MaxSendWR: 4, MaxRecvWR: 4}),
+		msg(proto.OpModifyQP, &proto.ModifyQP{QP: 3, Mask: 1 | 1<<3 | 1<<4 | 1<<5, Attr: proto.QPAttr{State: 1, Port: 1}}),
+		msg(proto.OpDestroyCQ, &proto.Handle{Handle: 2}), msg(proto.OpDestroyQP, &proto.Handle{Handle: 3})))
+	f.Add(seed(hello, msg(proto.OpCreateChannel, nil), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8, Channel: 1}),
+		msg(proto.OpDestroyChannel, &proto.Handle{Handle: 1}), msg(proto.OpStat, &proto.StatReq{})))
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateSRQ, &proto.CreateSRQ{PD: 1, MaxWR: 4, MaxSGE: 1}),
+		msg(proto.OpCreateAH, &proto.CreateAH{PD: 1, Attr: proto.AHAttr{SGIDIndex: 1}}), msg(proto.OpDeallocPD, &proto.Handle{Handle: 1})))
+	f.Add([]byte{})
+
+	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	ip := netip.MustParseAddr("192.0.2.1")
+	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addrs: []netip.Addr{ip},
+		Neighbors: stack.StaticNeighbors{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer d.Close()
+	dir, _ := os.MkdirTemp("", "uroce-fuzz-")
+	defer os.RemoveAll(dir)
+	srv, err := Listen(Config{Device: d, Socket: filepath.Join(dir, "s"), Limits: Limits{QPs: 8, CQs: 8, MRs: 8, PDs: 8, SRQs: 8,
+		AHs: 8, Channels: 8, MRBytes: 1 << 20}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer srv.Shutdown()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa, fb := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+		ca, _ := net.FileConn(fa)
+		fa.Close()
+		defer fb.Close()
+		ss := newSession(srv, ca.(*net.UnixConn), 1)
+		for len(in) >= 2 {
+			n := int(binary.LittleEndian.Uint16(in))
+			in = in[2:]
+			n = min(n, len(in))
+			m := in[:n]
+			in = in[n:]
+			h, body, err := proto.ParseHeader(m)
+			if err != nil || (!ss.started && h.Op != proto.OpHello) {
+				continue
+			}
+			_, fd, _ := ss.handle(h, body, nil)
+			if fd >= 0 && fd != ss.dbFD {
+				unix.Close(fd)
+			}
+		}
+		ss.end()
+		if ss.started {
+			unix.Close(ss.dbFD)
+		}
+	})
+}
