@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 
 // net2 is two namespaces joined by a veth pair, each end with a daemon.
 type net2 struct {
-	t      *testing.T
+	t      testing.TB
 	ns     [2]*netns.Namespace
 	dev    [2]string
 	ip     [2]netip.Addr
@@ -70,7 +70,10 @@ type net2 struct {
 	logs   [2]*bytes.Buffer
 }
 
-func newNet(t *testing.T, mtu int) *net2 {
+func newNet(t *testing.T, mtu int) *net2 { return newNetDaemons(t, mtu, true) }
+
+// newNetDaemons is newNet, with the daemons started or not.
+func newNetDaemons(t testing.TB, mtu int, daemons bool) *net2 {
 	t.Helper()
 	netnstest.RequireAFXDP(t)
 	n := &net2{t: t, dev: [2]string{"va", "vb"}, ip: [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}}
@@ -100,7 +103,9 @@ func newNet(t *testing.T, mtu int) *net2 {
 	n.dir = dir
 	for i := range n.socket {
 		n.socket[i] = filepath.Join(n.dir, fmt.Sprintf("uroce%d.sock", i))
-		n.start(i)
+		if daemons {
+			n.start(i)
+		}
 	}
 	t.Cleanup(func() {
 		for i := range n.d {
@@ -187,7 +192,7 @@ func (n *net2) launch(i int, args ...string) *run {
 	return r
 }
 
-func (r *run) wait(t *testing.T, limit time.Duration) error {
+func (r *run) wait(t testing.TB, limit time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- r.cmd.Wait() }()
