@@ -58,10 +58,9 @@ type Config struct {
 	Limits Limits
 	// Spin is how long a session's poller keeps polling idle rings
 	// before it sleeps until the client rings the doorbell (default
-	// 1 ms: a client waiting for a round trip over the network posts
-	// again within that time, and finds the poller awake, with no
-	// system call on either side; a doorbell costs a wake-up of tens of
-	// microseconds).
+	// 50 µs). Longer spins save doorbells when the client posts
+	// again soon, but a spinning poller holds a CPU that the engines
+	// and the clients need: on a host with few CPUs, longer is slower.
 	Spin time.Duration
 	Log  *slog.Logger
 }
@@ -98,7 +97,7 @@ func Listen(cfg Config) (*Server, error) {
 		cfg.Limits = DefaultLimits
 	}
 	if cfg.Spin == 0 {
-		cfg.Spin = time.Millisecond
+		cfg.Spin = 50 * time.Microsecond
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
