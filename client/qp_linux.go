@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +25,8 @@ type QP struct {
 	caps proto.CreateQPResp
 	srq  *SRQ
 
-	state atomic.Uint32 // as the last Modify left it
+	state   atomic.Uint32 // as the last Modify or State left it ...
+	stateAt atomic.Int64  // ... when State last asked the daemon (0: never)
 
 	smu  sync.Mutex
 	sq   proto.Ring
@@ -95,14 +97,25 @@ func (q *QP) QPN() uint32 { return q.qpn }
 func (q *QP) Type() stack.QPType { return q.typ }
 
 // State implements verbs.QP: the QP's state as the daemon has it (it
-// moves to ERR on its own after a fatal error).
+// moves to ERR on its own after a fatal error). It asks the daemon at
+// most every stateTTL and otherwise answers what it last heard: programs
+// look at the state in their wait loops.
 func (q *QP) State() stack.QPState {
+	now := time.Now().UnixNano()
+	if at := q.stateAt.Load(); at != 0 && now-at < int64(stateTTL) {
+		return stack.QPState(q.state.Load())
+	}
 	var r proto.QueryQPResp
 	if _, err := q.d.call(proto.OpQueryQP, &proto.Handle{Handle: q.h}, -1, &r); err != nil {
 		return stack.StateErr
 	}
+	q.state.Store(r.Attr.State)
+	q.stateAt.Store(now)
 	return stack.QPState(r.Attr.State)
 }
+
+// stateTTL is how long State answers from what it last heard.
+const stateTTL = 5 * time.Millisecond
 
 // Modify implements verbs.QP.
 func (q *QP) Modify(attr *stack.QPAttr, mask stack.AttrMask) error {
@@ -119,6 +132,7 @@ func (q *QP) Modify(attr *stack.QPAttr, mask stack.AttrMask) error {
 	}
 	if mask&stack.AttrState != 0 {
 		q.state.Store(uint32(attr.State))
+		q.stateAt.Store(0)
 	}
 	return nil
 }

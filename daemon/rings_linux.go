@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -179,7 +178,9 @@ func (ss *session) poll() {
 			idleSince = time.Now()
 		}
 		if time.Since(idleSince) < spin {
-			runtime.Gosched()
+			// The CPU goes to any other thread that wants it: the
+			// engines, and the clients, which are other processes.
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			continue
 		}
 		ss.pollMu.Lock()

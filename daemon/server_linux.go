@@ -43,6 +43,10 @@ type Limits struct {
 var DefaultLimits = Limits{QPs: 4096, CQs: 4096, MRs: 65536, PDs: 1024, SRQs: 1024, AHs: 1024, Channels: 1024,
 	MRBytes: 16 << 30}
 
+// DefaultSpin is the default of Config.Spin, and what uroce daemon gives
+// its engines as stack.Config.IdleSpin.
+const DefaultSpin = 500 * time.Microsecond
+
 // Config describes a daemon.
 type Config struct {
 	Device *stack.Device
@@ -58,9 +62,13 @@ type Config struct {
 	Limits Limits
 	// Spin is how long a session's poller keeps polling idle rings
 	// before it sleeps until the client rings the doorbell (default
-	// 50 µs). Longer spins save doorbells when the client posts
-	// again soon, but a spinning poller holds a CPU that the engines
-	// and the clients need: on a host with few CPUs, longer is slower.
+	// 500 µs). A client waiting for a round trip posts again within
+	// that time and finds the poller awake: no doorbell, whose wake-up
+	// costs tens of microseconds. The poller gives the CPU up between
+	// looks (sched_yield), to the engines and to the clients, which
+	// are other processes. The device's engines should spin as long
+	// (stack.Config.IdleSpin), or they fall asleep between the
+	// requests of a round trip that crosses processes.
 	Spin time.Duration
 	Log  *slog.Logger
 }
@@ -97,7 +105,7 @@ func Listen(cfg Config) (*Server, error) {
 		cfg.Limits = DefaultLimits
 	}
 	if cfg.Spin == 0 {
-		cfg.Spin = 50 * time.Microsecond
+		cfg.Spin = DefaultSpin
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

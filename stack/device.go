@@ -61,6 +61,14 @@ type Config struct {
 	// BusyPoll makes engines spin on their links instead of sleeping in
 	// Link.Poll when idle: lower latency for a whole CPU per engine.
 	BusyPoll bool
+	// IdleSpin is how long an idle engine keeps polling its link before
+	// it sleeps in Link.Poll (negative: not at all). A frame or a post
+	// within that time costs no wake-up. By default an engine polls 50
+	// µs, yielding to the process's other goroutines; with IdleSpin set
+	// it yields the CPU to other processes too (sched_yield), as the
+	// daemon needs: its clients, other processes, must run for its
+	// engines to have work, and their round trips are longer.
+	IdleSpin time.Duration
 	// Batch is the number of frames received or transmitted per link
 	// call (default 64).
 	Batch int

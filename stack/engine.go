@@ -129,12 +129,18 @@ func (e *engine) run() {
 			runtime.Gosched()
 			continue
 		}
-		if idleSpin > 0 {
+		if spin := e.idleSpin(); spin > 0 {
 			if lastWork.IsZero() {
 				lastWork = time.Now()
 			}
-			if time.Since(lastWork) < idleSpin {
-				runtime.Gosched()
+			if time.Since(lastWork) < spin {
+				if e.dev.cfg.IdleSpin > 0 {
+					// The CPU goes to any other thread that wants it,
+					// also of other processes: the daemon's clients.
+					osYield()
+				} else {
+					runtime.Gosched()
+				}
 				continue
 			}
 		}
@@ -148,6 +154,14 @@ func (e *engine) run() {
 		e.link.Poll(e.timeout())
 		e.sleeping.Store(false)
 	}
+}
+
+// idleSpin returns how long an idle engine polls before it sleeps.
+func (e *engine) idleSpin() time.Duration {
+	if d := e.dev.cfg.IdleSpin; d != 0 {
+		return max(d, 0)
+	}
+	return idleSpin
 }
 
 // shutdown stops the engine goroutine and waits for it.

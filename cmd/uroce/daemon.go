@@ -49,7 +49,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	busy := fs.Bool("busy-poll", false, "engines spin on the queues instead of sleeping in poll(2)")
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
-	spin := fs.Duration("poll-spin", 50*time.Microsecond, "how long a client's idle rings are polled before the daemon waits for its doorbell")
+	spin := fs.Duration("poll-spin", daemon.DefaultSpin, "how long idle rings and queues are polled before the daemon sleeps")
 	var lim daemon.Limits = daemon.DefaultLimits
 	fs.IntVar(&lim.QPs, "max-qps", lim.QPs, "QPs per client")
 	fs.IntVar(&lim.CQs, "max-cqs", lim.CQs, "CQs per client")
@@ -83,7 +83,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer unlock()
 
-	dev, err := stack.Open(ctx, stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name})
+	dev, err := stack.Open(ctx, stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
+		IdleSpin: *spin})
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 1

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package perftest
+
+import "runtime"
+
+func yield() { runtime.Gosched() }

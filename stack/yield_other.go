@@ -1,0 +1,7 @@
+//go:build !linux
+
+package stack
+
+import "runtime"
+
+func osYield() { runtime.Gosched() }
