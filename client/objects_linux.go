@@ -189,7 +189,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if i%16 == 15 && !time.Now().Before(until) {
 			break
 		}
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		yield()
 	}
 	for {
 		if c.ring.Overrun() != 0 {
@@ -339,5 +339,26 @@ func postRecvRing(d *Device, r *proto.Ring, maxSGE int, wr *stack.RecvWR) error 
 	if r.Flags()&proto.FlagNeedWakeup != 0 {
 		d.ring()
 	}
+	waitPosted(r, prod+1)
 	return nil
 }
+
+// waitPosted waits until the daemon has posted a receive ring's requests
+// up to index i to its QP or SRQ: receives are ready when ibv_post_recv
+// returns. It gives up after postedWait (the queue behind the ring is
+// full: the requests go in as completions make room).
+func waitPosted(r *proto.Ring, i uint32) {
+	if int32(r.Posted()-i) >= 0 {
+		return
+	}
+	until := time.Now().Add(postedWait)
+	for k := 0; int32(r.Posted()-i) < 0; k++ {
+		if k%64 == 63 && time.Now().After(until) {
+			return
+		}
+		yield()
+	}
+}
+
+// postedWait bounds waitPosted.
+const postedWait = time.Second

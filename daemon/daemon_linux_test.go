@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -385,3 +386,53 @@ var spin = func() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv("UROCE_DAEMON_SPIN"))
 	return d
 }()
+
+// TestDaemonNoAllocs: a work request through the daemon, from the
+// client's post to its completion, allocates nothing, in the client or in
+// the daemon (both run in this process; AllocsPerRun counts all).
+func TestDaemonNoAllocs(t *testing.T) {
+	p := newPair(t)
+	A, B := newEnd(t, open(t, p.sa), 1<<16), newEnd(t, open(t, p.sb), 1<<16)
+	ga, _ := A.dev.GID(1)
+	gb, _ := B.dev.GID(1)
+	qa, qb := A.qp(t, stack.RC), B.qp(t, stack.RC)
+	connect(t, qa, qb, ga, gb)
+	wr := verbs.SendWR{ID: 1, Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(0, 4096)},
+		Remote: stack.RemoteAddr{Addr: B.mr.Addr(), RKey: B.mr.RKey()}}
+	rwr := stack.RecvWR{ID: 2, SG: []stack.SGE{B.mr.SGE(8192, 4096)}}
+	send := verbs.SendWR{ID: 3, Op: stack.OpSend, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(0, 4096)}}
+	wcs := make([]stack.WC, 4)
+	reap := func(cq verbs.CQ, n int) {
+		for got := 0; got < n; {
+			k := cq.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != 0 {
+					t.Fatalf("completion %+v", wc)
+				}
+			}
+			got += k
+			if k == 0 {
+				runtime.Gosched()
+			}
+		}
+	}
+	round := func() {
+		if err := qa.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if err := qb.PostRecv(&rwr); err != nil {
+			t.Fatal(err)
+		}
+		if err := qa.PostSend(&send); err != nil {
+			t.Fatal(err)
+		}
+		reap(A.cq, 2)
+		reap(B.cq, 1)
+	}
+	for i := 0; i < 50; i++ {
+		round()
+	}
+	if n := testing.AllocsPerRun(300, round); n > 0 {
+		t.Errorf("%.2f allocations per round of a WRITE, a receive and a SEND", n)
+	}
+}

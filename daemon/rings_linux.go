@@ -180,7 +180,7 @@ func (ss *session) poll() {
 		if time.Since(idleSince) < spin {
 			// The CPU goes to any other thread that wants it: the
 			// engines, and the clients, which are other processes.
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yield()
 			continue
 		}
 		ss.pollMu.Lock()
@@ -393,6 +393,7 @@ func (ss *session) drainRecv(q *qpObj) (bool, bool) {
 		done, full := ss.postRecvs(q, q.rb, q.rb+q.rn)
 		q.rb += done
 		q.rn -= done
+		q.rq.SetPosted(q.rqCons - uint32(q.rn))
 		return done > 0, full
 	}
 	prod := q.rq.Producer()
@@ -427,6 +428,7 @@ func (ss *session) drainRecv(q *qpObj) (bool, bool) {
 	q.rq.SetConsumer(q.rqCons)
 	done, full := ss.postRecvs(q, 0, k)
 	q.rb, q.rn = done, k-done
+	q.rq.SetPosted(q.rqCons - uint32(q.rn))
 	return true, full
 }
 
@@ -500,6 +502,9 @@ func (ss *session) drainSRQ(o *srqObj) bool {
 		o.b++
 		o.n--
 		posted++
+	}
+	if o.n == 0 {
+		o.ring.SetPosted(o.cons)
 	}
 	return posted > 0
 }

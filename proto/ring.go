@@ -14,6 +14,8 @@ import "encoding/binary"
 //	      the notification armed (ArmNext, ArmSolicited)
 //	+136  CQ rings: completions lost to a full ring (u32)
 //	+140  CQ rings: completion events sent (u32)
+//	+144  receive and SRQ rings: requests posted to the QP (u32, see
+//	      SPEC.md: a client waits for it to pass its receives)
 //	+192  slots (u32) and slot bytes (u32), for information
 //
 // The client produces on send and receive rings, the daemon consumes;
@@ -32,6 +34,7 @@ const (
 	OffFlags    = 128
 	OffOverrun  = 136
 	OffEvents   = 140
+	OffPosted   = 144
 	OffSlots    = 192
 	OffSlotSize = 196
 )

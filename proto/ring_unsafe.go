@@ -80,5 +80,12 @@ func (r *Ring) AddEvent() { r.u32(OffEvents).Add(1) }
 // Events returns the completion events sent for a CQ ring.
 func (r *Ring) Events() uint32 { return r.u32(OffEvents).Load() }
 
+// Posted returns the index up to which the daemon has posted a receive
+// ring's requests to its QP or SRQ.
+func (r *Ring) Posted() uint32 { return r.u32(OffPosted).Load() }
+
+// SetPosted stores the posted index.
+func (r *Ring) SetPosted(v uint32) { r.u32(OffPosted).Store(v) }
+
 // Overrun returns the completions lost to a full CQ ring.
 func (r *Ring) Overrun() uint32 { return r.u32(OffOverrun).Load() }

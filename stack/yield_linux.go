@@ -1,7 +1,14 @@
 package stack
 
-import "golang.org/x/sys/unix"
+import (
+	"runtime"
 
-// osYield gives the CPU up to any other runnable thread (sched_yield),
-// of this process or another.
-func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+	"golang.org/x/sys/unix"
+)
+
+// osYield gives the CPU up to the process's other goroutines, then to any
+// other runnable thread (sched_yield), of this process or another.
+func osYield() {
+	runtime.Gosched()
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}

@@ -1,6 +1,14 @@
 package perftest
 
-import "golang.org/x/sys/unix"
+import (
+	"runtime"
 
-// yield gives the CPU up to any other runnable thread (sched_yield).
-func yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+	"golang.org/x/sys/unix"
+)
+
+// yield gives the CPU up to the process's other goroutines, then to any
+// other runnable thread (sched_yield).
+func yield() {
+	runtime.Gosched()
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
