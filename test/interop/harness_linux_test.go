@@ -6,12 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +103,9 @@ type group struct {
 	pcap string
 	// stepTimeout bounds each step (default 90 s).
 	stepTimeout time.Duration
+	// daemon runs a uroce daemon on the host's interface and every uroce
+	// step as an unprivileged client of it (--daemon), as user nobody.
+	daemon bool
 }
 
 // result is what one step printed and how it ended.
@@ -217,6 +222,10 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 	total := time.Duration(len(g.steps)+2) * g.timeout()
 	ctx, cancel := context.WithTimeout(context.Background(), total)
 	defer cancel()
+	var sock string
+	if g.daemon {
+		sock = startDaemon(t, ctx, n)
+	}
 	peer, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "rxe", IP: guestAddr + "/24", MTU: g.mtu,
 		Script: g.script(), Netem: g.netem, Timeout: total})
 	if err != nil {
@@ -232,13 +241,20 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			t.Fatalf("step %s: guest never began it: %v\nguest output:\n%s", s.name, err, peer.Output())
 		}
 		args := append([]string(nil), s.uroce...)
-		args = append(args, "-d", uroceIf)
+		if g.daemon {
+			args = append(args, "--daemon="+sock)
+		} else {
+			args = append(args, "-d", uroceIf)
+		}
 		if !s.guestClient {
 			args = append(args, guestAddr)
 		}
 		results[i].from = time.Now()
 		sctx, scancel := context.WithTimeout(ctx, g.timeout())
 		cmd := n.Command(sctx, uroceBin, args...)
+		if g.daemon {
+			cmd = n.Command(sctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, args...)...)
+		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
@@ -338,6 +354,54 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		}
 	}
 	return pcapPath, windows
+}
+
+// startDaemon runs `uroce daemon` on the host's interface of n, serving
+// members of group nogroup, and returns its socket; it stops with the
+// test.
+func startDaemon(t *testing.T, ctx context.Context, n *rxe.Net) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "uroce-interop-daemon-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	sock := filepath.Join(dir, "uroce0.sock")
+	var log bytes.Buffer
+	cmd := n.Command(context.Background(), uroceBin, "daemon", "-d", uroceIf, "--socket", sock, "--group", "nogroup")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Error("the daemon did not stop on SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("daemon:\n%s", log.String())
+		}
+		os.RemoveAll(dir)
+	})
+	for {
+		if c, err := net.Dial("unixpacket", sock); err == nil {
+			c.Close()
+			return sock
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the daemon ended: %v\n%s", err, log.String())
+		case <-ctx.Done():
+			t.Fatalf("the daemon does not answer:\n%s", log.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitFor waits until the peer's script output holds s.

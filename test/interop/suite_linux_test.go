@@ -237,3 +237,22 @@ func TestUroceLoss(t *testing.T) {
 	g := group{mtu: 1500, pcap: "uroce-loss.pcap", steps: steps}
 	g.run(t)
 }
+
+// TestDaemon runs uroce's tools as unprivileged clients of a uroce daemon
+// on the host's interface, each step a new client process, against the
+// stock tools on rdma_rxe: pingpong of every kind and perftest both ways.
+func TestDaemon(t *testing.T) {
+	t.Parallel()
+	g := group{mtu: 1500, pcap: "daemon.pcap", daemon: true, steps: concat(
+		ppBoth("rc", "-n 50 -s 4096"),
+		ppBoth("uc", "-n 20 -s 4097"),
+		[]step{ppStep("ud", "-n 20 -s 1024", false), ppStep("ud", "-n 20 -s 1", true)},
+		ppBoth("srq", "-n 40 -s 64 -q 4"),
+		[]step{perfStep(writeBW, "-n 200 -s 65536", false), perfStep(writeBW, "-n 5 -s 1048576", true)},
+		[]step{perfStep(readBW, "-n 20 -s 1048576", false), perfStep(readBW, "-n 100 -s 13", true)},
+		perfBoth(sendBW, "-n 100 -s 4096"),
+		perfBoth(atomicBW, "-n 200"),
+		[]step{perfStep(writeLat, "-n 50 -s 2", false), perfStep(writeLat, "-n 20 -s 65537", true)},
+	)}
+	g.run(t)
+}
