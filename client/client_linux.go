@@ -265,6 +265,10 @@ func parseFDs(oob []byte) []int {
 	return fds
 }
 
+// Session returns the daemon's number for this connection (the id of
+// its session in Stat).
+func (d *Device) Session() uint32 { return d.hello.Session }
+
 // Name returns the device's name (uroce0).
 func (d *Device) Name() string { return d.hello.Device.String() }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -62,7 +61,7 @@ func runStat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "uroce stat: %s: %v\n", *socket, err)
 		return 1
 	}
-	st.Sessions = withoutSelf(st.Sessions)
+	st.Sessions = withoutSelf(st.Sessions, dev.Session())
 	if *jsonOut {
 		b, err := json.MarshalIndent(st, "", "  ")
 		if err != nil {
@@ -76,19 +75,10 @@ func runStat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// withoutSelf leaves out the session this command opened to ask: the
-// one of this process that holds nothing.
-func withoutSelf(ss []proto.SessionStat) []proto.SessionStat {
-	pid := int32(os.Getpid())
+// withoutSelf leaves out the session this command opened to ask.
+func withoutSelf(ss []proto.SessionStat, self uint32) []proto.SessionStat {
 	for i, s := range ss {
-		if s.PID != pid || s.MRBytes != 0 {
-			continue
-		}
-		empty := true
-		for _, n := range s.Objects {
-			empty = empty && n == 0
-		}
-		if empty {
+		if s.ID == self {
 			return append(ss[:i:i], ss[i+1:]...)
 		}
 	}

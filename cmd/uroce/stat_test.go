@@ -176,7 +176,7 @@ func TestStat(t *testing.T) {
 	var got proto.Stat
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.Device.Name != "uroce0" || len(got.QPs) != 1 ||
 		got.QPs[0].QPN != a.qp.QPN() || got.QPs[0].State != "RTS" || got.Device.Counters["sent_pkts"] == 0 ||
-		len(got.Sessions) != 1 || got.Sessions[0].Objects["qp"] != 1 {
+		withQP(got.Sessions) != 1 {
 		t.Errorf("stat --json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 
@@ -230,4 +230,17 @@ func TestStatErrors(t *testing.T) {
 	if code, out, _ := runArgs("stat", "-h"); code != 0 || out != "" {
 		t.Errorf("stat -h: exit %d, %q", code, out)
 	}
+}
+
+// withQP counts the sessions that hold a QP: a stat command's session that
+// just closed may still be listed, holding nothing, while the daemon
+// cleans up.
+func withQP(ss []proto.SessionStat) int {
+	n := 0
+	for _, s := range ss {
+		if s.Objects["qp"] > 0 {
+			n++
+		}
+	}
+	return n
 }
