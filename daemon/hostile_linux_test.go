@@ -430,3 +430,36 @@ func TestClientLeaves(t *testing.T) {
 	}
 	alive(t, p)
 }
+
+// TestClientThatNeverReads: a client that sends requests and never reads
+// the answers stalls only itself: the daemon serves others meanwhile,
+// and its session ends when it goes.
+func TestClientThatNeverReads(t *testing.T) {
+	p := newPair(t)
+	r := dialRaw(t, p.sa)
+	r.hello()
+	id := p.sa.Stats(0).Sessions[0].ID
+	msg, _ := proto.Marshal(proto.Header{Op: proto.OpQueryDevice, Seq: 9}, nil)
+	r.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	for i := 0; i < 100000; i++ {
+		if err := r.send(msg); err != nil {
+			break // its queue is full, or the daemon ended the session
+		}
+	}
+	alive(t, p)
+	r.c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gone := true
+		for _, se := range p.sa.Stats(0).Sessions {
+			gone = gone && se.ID != id
+		}
+		if gone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session of a client that never read is still there after it left")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -346,3 +346,27 @@ func TestSecondDaemonRefused(t *testing.T) {
 		t.Fatalf("second daemon: %v: %s", err, out)
 	}
 }
+
+// TestClientRefused: a client outside the daemon's users and group is
+// refused by its credentials, with the reason on both sides, even where
+// the socket's permissions would let it connect.
+func TestClientRefused(t *testing.T) {
+	n := newNet(t, 1500)
+	if err := os.Chmod(n.socket[0], 0o666); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("setpriv", "--reuid=1", "--regid=1", "--clear-groups", uroceBin, "stat", "--socket", n.socket[0]).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "uid 1 may not use uroce0") || !strings.Contains(string(out), "group nogroup") {
+		t.Fatalf("client of uid 1: %v: %s", err, out)
+	}
+	// As nobody, in the daemon's group, it is let in.
+	if out, err := n.tool(0, "stat", "--socket", n.socket[0]).CombinedOutput(); err != nil {
+		t.Fatalf("client in the group: %v: %s", err, out)
+	}
+	if err := n.stop(0); err != nil {
+		t.Fatal(err)
+	}
+	if log := n.logs[0].String(); !strings.Contains(log, "client refused") || !strings.Contains(log, "uid 1 may not use") {
+		t.Fatalf("the daemon's log does not tell:\n%s", log)
+	}
+}
