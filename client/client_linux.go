@@ -166,7 +166,7 @@ func (d *Device) call(op proto.Op, body any, fd int, resp any) (int, error) {
 			return -1, d.lost(op, err)
 		}
 		rfd := -1
-		if fds := parseFDs(d.oob[:oobn]); len(fds) > 0 {
+		if fds := proto.ParseFDs(d.oob[:oobn]); len(fds) > 0 {
 			rfd = fds[0]
 			for _, f := range fds[1:] {
 				unix.Close(f)
@@ -246,23 +246,6 @@ func (e *Error) Unwrap() []error {
 		l = append(l, stack.ErrNoNeighbor)
 	}
 	return l
-}
-
-func parseFDs(oob []byte) []int {
-	if len(oob) == 0 {
-		return nil
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for _, m := range msgs {
-		if f, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, f...)
-		}
-	}
-	return fds
 }
 
 // Session returns the daemon's number for this connection (the id of
@@ -490,7 +473,7 @@ func (d *Device) checkGone() {
 	d.conn.SetReadDeadline(time.Now().Add(time.Millisecond))
 	defer d.conn.SetReadDeadline(time.Time{})
 	n, oobn, _, _, err := d.conn.ReadMsgUnix(d.rbuf, d.oob)
-	for _, fd := range parseFDs(d.oob[:oobn]) {
+	for _, fd := range proto.ParseFDs(d.oob[:oobn]) {
 		unix.Close(fd)
 	}
 	if err != nil {

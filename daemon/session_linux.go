@@ -92,7 +92,7 @@ func (ss *session) run() {
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
 		n, oobn, flags, _, err := ss.conn.ReadMsgUnix(buf, oob)
-		fds := parseFDs(oob[:oobn])
+		fds := proto.ParseFDs(oob[:oobn])
 		if err != nil || n == 0 {
 			closeFDs(fds)
 			if err != nil && !isEOF(err) {
@@ -352,23 +352,6 @@ func errnoOf(err error) syscall.Errno {
 		return se
 	}
 	return unix.EINVAL
-}
-
-func parseFDs(oob []byte) []int {
-	if len(oob) == 0 {
-		return nil
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for _, m := range msgs {
-		if f, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, f...)
-		}
-	}
-	return fds
 }
 
 func closeFDs(fds []int) {
