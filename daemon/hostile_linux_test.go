@@ -110,11 +110,18 @@ func (r *raw) handle(op proto.Op, body any) (uint32, int) {
 	return binary.LittleEndian.Uint32(b), fd
 }
 
-// closedSoon reports whether the daemon ends the connection.
+// closedSoon reports whether the daemon ends the connection within 10
+// seconds (a read that times out is not an end).
 func (r *raw) closedSoon() bool {
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, proto.MaxMessage)
 	for {
-		_, _, _, closed := r.recv()
-		if closed {
+		n, _, _, _, err := r.c.ReadMsgUnix(buf, nil)
+		if err != nil {
+			var ne net.Error
+			return !(errors.As(err, &ne) && ne.Timeout())
+		}
+		if n == 0 {
 			return true
 		}
 	}

@@ -110,6 +110,20 @@ var mutations = []mutation{
 			"if va < mr.va || off > uint64(len(mr.buf)) {"}},
 		pkgs: []string{"./stack"}},
 
+	// The daemon.
+	{name: "daemon-ring-lies", what: "a send ring index past the ring's size is taken",
+		edits: []edit{{"daemon/rings_linux.go", "\tif n > q.sq.Len() {\n\t\tss.lies(\"send\")", "\tif false {\n\t\tss.lies(\"send\")"}},
+		pkgs:  []string{"./daemon"}},
+	{name: "daemon-handle-kind", what: "a handle of another kind of object is destroyed as the kind asked for",
+		edits: []edit{{"daemon/ops_linux.go", "if !ok || kindOf(o) != k {", "if !ok {"}},
+		pkgs:  []string{"./daemon"}},
+	{name: "daemon-memfd-seal", what: "a memfd that can shrink is mapped",
+		edits: []edit{{"daemon/mem_linux.go", "if seals&unix.F_SEAL_SHRINK == 0 {", "if false {"}},
+		pkgs:  []string{"./daemon"}},
+	{name: "client-posted", what: "post_recv returns before the daemon has the receive on the QP",
+		edits: []edit{{"client/objects_linux.go", "\tif int32(r.Posted()-i) >= 0 {\n\t\treturn\n\t}", "\tif true {\n\t\treturn\n\t}"}},
+		pkgs:  []string{"./daemon", "./internal/app/pingpong"}},
+
 	// The capture verifier.
 	{name: "verify-sequence", what: "the verifier does not check FIRST/MIDDLE/LAST order",
 		edits: []edit{{"internal/pcaptool/verify.go", "\tif r.seqKnown {\n", "\tif r.seqKnown && false {\n"}},
