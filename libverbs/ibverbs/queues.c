@@ -1,0 +1,721 @@
+/*
+ * Completion channels, CQs, SRQs, QPs and address handles: the daemon
+ * creates them and passes the memfd of their rings, which we map
+ * (SPEC.md, Rings).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "uverbs.h"
+
+/* Lists of the context's objects, by handle (for async events). */
+
+#define LIST_ADD(c, head, o)                 \
+	do {                                 \
+		pthread_mutex_lock(&(c)->obj_mu); \
+		(o)->next = (c)->head;       \
+		(c)->head = (o);             \
+		pthread_mutex_unlock(&(c)->obj_mu); \
+	} while (0)
+
+#define LIST_DEL(c, head, type, o)                              \
+	do {                                                    \
+		pthread_mutex_lock(&(c)->obj_mu);                    \
+		for (type **p_ = &(c)->head; *p_; p_ = &(*p_)->next) \
+			if (*p_ == (o)) {                       \
+				*p_ = (o)->next;                \
+				break;                          \
+			}                                       \
+		pthread_mutex_unlock(&(c)->obj_mu);                  \
+	} while (0)
+
+#define LIST_FIND(c, head, type, h)                                 \
+	do {                                                        \
+		type *o_;                                           \
+		pthread_mutex_lock(&(c)->obj_mu);                        \
+		for (o_ = (c)->head; o_ && o_->handle != (h); o_ = o_->next) \
+			;                                           \
+		pthread_mutex_unlock(&(c)->obj_mu);                      \
+		return o_;                                          \
+	} while (0)
+
+struct uv_cq *uv_cq_by_handle(struct uv_context *c, uint32_t h)
+{
+	LIST_FIND(c, cqs, struct uv_cq, h);
+}
+
+struct uv_qp *uv_qp_by_handle(struct uv_context *c, uint32_t h)
+{
+	LIST_FIND(c, qps, struct uv_qp, h);
+}
+
+struct uv_srq *uv_srq_by_handle(struct uv_context *c, uint32_t h)
+{
+	LIST_FIND(c, srqs, struct uv_srq, h);
+}
+
+/* Waits until the program acknowledged n events of an object (rdma-core's destroy does). */
+static void wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, const uint32_t *done, uint32_t n)
+{
+	pthread_mutex_lock(mu);
+	while (*done != n)
+		pthread_cond_wait(cond, mu);
+	pthread_mutex_unlock(mu);
+}
+
+/* A ring of the daemon's memfd: n slots of size bytes at off of a mapping of len bytes. */
+static int ring_at(struct uv_ring *r, void *mem, size_t len, uint32_t off, uint32_t n, uint32_t size)
+{
+	if (n == 0 || (n & (n - 1)) || size == 0 || off % 64 || (size_t)off + up_ring_bytes(n, size) > len)
+		return -1;
+	r->hdr = (uint8_t *)mem + off;
+	r->slots = r->hdr + UP_RING_HEADER_LEN;
+	r->n = n;
+	r->size = size;
+	r->prod = 0;
+	return 0;
+}
+
+/* Completion channels. */
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct uv_context *c = uv_ctx(ctx);
+	struct uv_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct up_channel_resp r;
+	int fd;
+	int err = uv_call(c, UP_OP_CREATE_CHANNEL, NULL, 0, -1, &r, sizeof(r), &fd);
+	if (!err && fd < 0) {
+		uv_destroy_handle(c, UP_OP_DESTROY_CHANNEL, r.channel);
+		err = EPROTO;
+	}
+	if (err) {
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	/*
+	 * The daemon made the eventfd non-blocking; reads block, as a
+	 * kernel channel's do, unless the program asks otherwise. (The
+	 * daemon only writes to it.)
+	 */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	pthread_mutex_init(&ch->mu, NULL);
+	ch->handle = r.channel;
+	ch->ch.context = ctx;
+	ch->ch.fd = fd;
+	ch->ch.refcnt = 0;
+	return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct uv_channel *ch = (struct uv_channel *)channel;
+	pthread_mutex_lock(&channel->context->mutex);
+	int busy = channel->refcnt != 0;
+	pthread_mutex_unlock(&channel->context->mutex);
+	if (busy)
+		return EBUSY;
+	int err = uv_destroy_handle(uv_ctx(channel->context), UP_OP_DESTROY_CHANNEL, ch->handle);
+	if (err && err != EIO)
+		return err;
+	close(channel->fd);
+	pthread_mutex_destroy(&ch->mu);
+	free(ch);
+	return 0;
+}
+
+/* CQs. */
+
+UV_LATEST(ibv_create_cq);
+struct ibv_cq *uv_ibv_create_cq_1_1(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+			     int comp_vector)
+{
+	struct uv_context *c = uv_ctx(ctx);
+	if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors || cqe < 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct uv_cq *cq = calloc(1, sizeof(*cq));
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct uv_channel *ch = (struct uv_channel *)channel;
+	struct up_create_cq req = {.cqe = cqe, .channel = ch ? ch->handle : 0, .comp_vector = comp_vector};
+	struct up_create_cq_resp r;
+	int fd;
+	int err = uv_call(c, UP_OP_CREATE_CQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
+	if (err) {
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->mem_len = r.ring_bytes;
+	cq->mem = uv_map_ring(fd, r.ring_bytes);
+	if (!cq->mem || ring_at(&cq->ring, cq->mem, cq->mem_len, 0, r.slots, UP_WC_LEN) < 0) {
+		err = cq->mem ? EPROTO : errno;
+		uv_debug("create cq: the daemon's ring (%u slots in %u bytes) does not map", r.slots, r.ring_bytes);
+		if (cq->mem)
+			munmap(cq->mem, cq->mem_len);
+		uv_destroy_handle(c, UP_OP_DESTROY_CQ, r.cq);
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->handle = r.cq;
+	cq->ring.prod = uv_load(uv_ring_word(&cq->ring, UP_OFF_CONSUMER));
+	cq->ev_seen = uv_load(uv_ring_word(&cq->ring, UP_OFF_EVENTS));
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	cq->cq.context = ctx;
+	cq->cq.channel = channel;
+	cq->cq.cq_context = cq_context;
+	cq->cq.handle = r.cq;
+	cq->cq.cqe = r.cqe;
+	pthread_mutex_init(&cq->cq.mutex, NULL);
+	pthread_cond_init(&cq->cq.cond, NULL);
+	if (ch) {
+		cq->ch = ch;
+		pthread_mutex_lock(&ch->mu);
+		cq->ch_next = ch->cqs;
+		ch->cqs = cq;
+		pthread_mutex_unlock(&ch->mu);
+		pthread_mutex_lock(&ctx->mutex);
+		channel->refcnt++;
+		pthread_mutex_unlock(&ctx->mutex);
+	}
+	LIST_ADD(c, cqs, cq);
+	return &cq->cq;
+}
+
+UV_LATEST(ibv_resize_cq);
+int uv_ibv_resize_cq_1_1(struct ibv_cq *cq, int cqe)
+{
+	(void)cq, (void)cqe;
+	return EOPNOTSUPP;
+}
+
+UV_LATEST(ibv_destroy_cq);
+int uv_ibv_destroy_cq_1_1(struct ibv_cq *ibcq)
+{
+	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	struct uv_context *c = uv_ctx(ibcq->context);
+	int err = uv_destroy_handle(c, UP_OP_DESTROY_CQ, cq->handle);
+	if (err && err != EIO)
+		return err;
+	if (cq->ch) {
+		struct uv_channel *ch = cq->ch;
+		pthread_mutex_lock(&ch->mu);
+		for (struct uv_cq **p = &ch->cqs; *p; p = &(*p)->ch_next)
+			if (*p == cq) {
+				*p = cq->ch_next;
+				break;
+			}
+		pthread_mutex_unlock(&ch->mu);
+		pthread_mutex_lock(&ibcq->context->mutex);
+		ch->ch.refcnt--;
+		pthread_mutex_unlock(&ibcq->context->mutex);
+	}
+	LIST_DEL(c, cqs, struct uv_cq, cq);
+	wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, cq->ev_reported);
+	wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed, cq->async_reported);
+	munmap(cq->mem, cq->mem_len);
+	pthread_spin_destroy(&cq->lock);
+	free(cq);
+	return 0;
+}
+
+/*
+ * The next CQ of the channel with an event not yet reported (its ring's
+ * events counter moved since we last looked), or NULL. *more says
+ * whether others remain.
+ */
+static struct uv_cq *next_event(struct uv_channel *ch, int *more)
+{
+	struct uv_cq *found = NULL;
+	*more = 0;
+	pthread_mutex_lock(&ch->mu);
+	for (struct uv_cq *cq = ch->cqs; cq; cq = cq->ch_next) {
+		uint32_t ev = uv_load(uv_ring_word(&cq->ring, UP_OFF_EVENTS));
+		if (ev == cq->ev_seen)
+			continue;
+		if (found) {
+			*more = 1;
+			break;
+		}
+		found = cq;
+		cq->ev_seen++;
+		if (ev != cq->ev_seen)
+			*more = 1;
+	}
+	pthread_mutex_unlock(&ch->mu);
+	return found;
+}
+
+UV_LATEST(ibv_get_cq_event);
+int uv_ibv_get_cq_event_1_1(struct ibv_comp_channel *channel, struct ibv_cq **cq_out, void **cq_context)
+{
+	struct uv_channel *ch = (struct uv_channel *)channel;
+	struct uv_context *c = uv_ctx(channel->context);
+	int watch_socket = 1;
+	for (;;) {
+		/* Take what the eventfd counted; it is readable again only for later events. */
+		struct pollfd p[2] = {{.fd = channel->fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
+		uint64_t v;
+		if (poll(p, 1, 0) > 0 && (p[0].revents & POLLIN))
+			(void)!read(channel->fd, &v, sizeof(v));
+		int more;
+		struct uv_cq *cq = next_event(ch, &more);
+		if (cq) {
+			if (more) { /* keep the channel readable for the next one */
+				v = 1;
+				(void)!write(channel->fd, &v, sizeof(v));
+			}
+			__atomic_add_fetch(&cq->ev_reported, 1, __ATOMIC_RELAXED);
+			*cq_out = &cq->cq;
+			*cq_context = cq->cq.cq_context;
+			return 0;
+		}
+		if (uv_gone(c)) {
+			errno = EIO;
+			return -1;
+		}
+		int fl = fcntl(channel->fd, F_GETFL);
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			errno = EAGAIN;
+			return -1;
+		}
+		/* Sleep on the channel, and on the socket to notice the daemon's end. */
+		p[0].revents = p[1].revents = 0;
+		int r = poll(p, watch_socket ? 2 : 1, watch_socket ? -1 : 10);
+		watch_socket = 1;
+		if (r > 0 && p[1].revents) {
+			uv_pump_socket(c);
+			/* Readable and not drained: a request of another thread will read it. */
+			struct pollfd q = {.fd = c->sock, .events = POLLIN};
+			if (!uv_gone(c) && poll(&q, 1, 0) > 0)
+				watch_socket = 0;
+		}
+	}
+}
+
+UV_LATEST(ibv_ack_cq_events);
+void uv_ibv_ack_cq_events_1_1(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* SRQs. */
+
+UV_LATEST(ibv_create_srq);
+struct ibv_srq *uv_ibv_create_srq_1_1(struct ibv_pd *pd, struct ibv_srq_init_attr *init)
+{
+	struct uv_context *c = uv_ctx(pd->context);
+	struct uv_srq *s = calloc(1, sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct up_create_srq req = {.pd = pd->handle, .max_wr = init->attr.max_wr, .max_sge = init->attr.max_sge,
+				    .limit = init->attr.srq_limit};
+	struct up_create_srq_resp r;
+	int fd;
+	int err = uv_call(c, UP_OP_CREATE_SRQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
+	if (err) {
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	s->mem_len = r.ring_bytes;
+	s->mem = uv_map_ring(fd, r.ring_bytes);
+	if (!s->mem || ring_at(&s->ring, s->mem, s->mem_len, 0, r.slots, r.slot_bytes) < 0 ||
+	    r.slot_bytes < UP_RECV_SLOT_HEADER + r.max_sge * UP_SGE_LEN) {
+		err = s->mem ? EPROTO : errno;
+		if (s->mem)
+			munmap(s->mem, s->mem_len);
+		uv_destroy_handle(c, UP_OP_DESTROY_SRQ, r.srq);
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	s->handle = r.srq;
+	s->max_wr = r.max_wr;
+	s->max_sge = r.max_sge;
+	s->limit = init->attr.srq_limit;
+	s->ring.prod = uv_load(uv_ring_word(&s->ring, UP_OFF_PRODUCER));
+	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+	s->srq.context = pd->context;
+	s->srq.srq_context = init->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = r.srq;
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	init->attr.max_wr = r.max_wr;
+	init->attr.max_sge = r.max_sge;
+	LIST_ADD(c, srqs, s);
+	return &s->srq;
+}
+
+UV_LATEST(ibv_modify_srq);
+int uv_ibv_modify_srq_1_1(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	struct uv_srq *s = (struct uv_srq *)srq;
+	struct up_modify_srq req = {.srq = s->handle, .mask = mask, .max_wr = attr->max_wr, .limit = attr->srq_limit};
+	int err = uv_call(uv_ctx(srq->context), UP_OP_MODIFY_SRQ, &req, sizeof(req), -1, NULL, 0, NULL);
+	if (!err && (mask & IBV_SRQ_LIMIT))
+		s->limit = attr->srq_limit;
+	return err;
+}
+
+UV_LATEST(ibv_query_srq);
+int uv_ibv_query_srq_1_1(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct uv_srq *s = (struct uv_srq *)srq;
+	struct up_handle h = {.handle = s->handle};
+	struct up_srq_attr r;
+	int err = uv_call(uv_ctx(srq->context), UP_OP_QUERY_SRQ, &h, sizeof(h), -1, &r, sizeof(r), NULL);
+	if (err)
+		return err;
+	attr->max_wr = r.max_wr;
+	attr->max_sge = r.max_sge;
+	/* The daemon does not keep the limit it was given (it answers 0): ours. */
+	attr->srq_limit = r.limit ? r.limit : s->limit;
+	return 0;
+}
+
+UV_LATEST(ibv_destroy_srq);
+int uv_ibv_destroy_srq_1_1(struct ibv_srq *srq)
+{
+	struct uv_srq *s = (struct uv_srq *)srq;
+	struct uv_context *c = uv_ctx(srq->context);
+	int err = uv_destroy_handle(c, UP_OP_DESTROY_SRQ, s->handle);
+	if (err && err != EIO)
+		return err;
+	LIST_DEL(c, srqs, struct uv_srq, s);
+	wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, s->async_reported);
+	munmap(s->mem, s->mem_len);
+	pthread_spin_destroy(&s->lock);
+	free(s);
+	return 0;
+}
+
+/* QPs. */
+
+void uv_ah_attr_to(struct up_ah_attr *d, const struct ibv_ah_attr *s)
+{
+	memset(d, 0, sizeof(*d));
+	memcpy(d->dgid, s->grh.dgid.raw, 16);
+	d->flow_label = s->grh.flow_label;
+	d->sgid_index = s->grh.sgid_index;
+	d->hop_limit = s->grh.hop_limit;
+	d->traffic_class = s->grh.traffic_class;
+	d->is_global = s->is_global;
+	d->dlid = s->dlid;
+	d->sl = s->sl;
+	d->port = s->port_num;
+}
+
+static void ah_attr_from(struct ibv_ah_attr *d, const struct up_ah_attr *s)
+{
+	memset(d, 0, sizeof(*d));
+	memcpy(d->grh.dgid.raw, s->dgid, 16);
+	d->grh.flow_label = s->flow_label;
+	d->grh.sgid_index = s->sgid_index;
+	d->grh.hop_limit = s->hop_limit;
+	d->grh.traffic_class = s->traffic_class;
+	d->is_global = s->is_global;
+	d->dlid = s->dlid;
+	d->sl = s->sl;
+	d->port_num = s->port;
+}
+
+UV_LATEST(ibv_create_qp);
+struct ibv_qp *uv_ibv_create_qp_1_1(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
+{
+	struct uv_context *c = uv_ctx(pd->context);
+	if (!init->send_cq || !init->recv_cq) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC && init->qp_type != IBV_QPT_UD) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct uv_qp *q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct uv_srq *srq = (struct uv_srq *)init->srq;
+	struct up_create_qp req = {
+		.pd = pd->handle,
+		.type = init->qp_type,
+		.send_cq = ((struct uv_cq *)init->send_cq)->handle,
+		.recv_cq = ((struct uv_cq *)init->recv_cq)->handle,
+		.srq = srq ? srq->handle : 0,
+		.max_send_wr = init->cap.max_send_wr,
+		.max_recv_wr = srq ? 0 : init->cap.max_recv_wr,
+		.max_send_sge = init->cap.max_send_sge,
+		.max_recv_sge = init->cap.max_recv_sge,
+		.max_inline = init->cap.max_inline_data,
+		.sig_all = init->sq_sig_all ? 1 : 0,
+	};
+	struct up_create_qp_resp *r = &q->caps;
+	int fd;
+	int err = uv_call(c, UP_OP_CREATE_QP, &req, sizeof(req), -1, r, sizeof(*r), &fd);
+	if (err) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->mem_len = r->ring_bytes;
+	q->mem = uv_map_ring(fd, r->ring_bytes);
+	int bad = !q->mem;
+	if (!bad)
+		bad = ring_at(&q->sq, q->mem, q->mem_len, r->sq_offset, r->sq_slots, r->sq_slot_bytes) < 0 ||
+		      r->sq_slot_bytes < UP_SEND_SLOT_HEADER + r->max_send_sge * UP_SGE_LEN ||
+		      r->sq_slot_bytes < UP_SEND_SLOT_HEADER + r->max_inline;
+	if (!bad && !srq)
+		bad = ring_at(&q->rq, q->mem, q->mem_len, r->rq_offset, r->rq_slots, r->rq_slot_bytes) < 0 ||
+		      r->rq_slot_bytes < UP_RECV_SLOT_HEADER + r->max_recv_sge * UP_SGE_LEN;
+	if (bad) {
+		err = q->mem ? EPROTO : errno;
+		uv_debug("create qp: the daemon's rings do not fit their memory");
+		if (q->mem)
+			munmap(q->mem, q->mem_len);
+		uv_destroy_handle(c, UP_OP_DESTROY_QP, r->qp);
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->handle = r->qp;
+	q->sig_all = req.sig_all;
+	q->sq.prod = uv_load(uv_ring_word(&q->sq, UP_OFF_PRODUCER));
+	if (!srq)
+		q->rq.prod = uv_load(uv_ring_word(&q->rq, UP_OFF_PRODUCER));
+	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
+	struct ibv_qp *qp = &q->qp;
+	qp->context = pd->context;
+	qp->qp_context = init->qp_context;
+	qp->pd = pd;
+	qp->send_cq = init->send_cq;
+	qp->recv_cq = init->recv_cq;
+	qp->srq = init->srq;
+	qp->handle = r->qp;
+	qp->qp_num = r->qpn;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = init->qp_type;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	init->cap.max_send_wr = r->max_send_wr;
+	init->cap.max_recv_wr = r->max_recv_wr;
+	init->cap.max_send_sge = r->max_send_sge;
+	init->cap.max_recv_sge = srq ? init->cap.max_recv_sge : r->max_recv_sge;
+	init->cap.max_inline_data = r->max_inline;
+	LIST_ADD(c, qps, q);
+	uv_debug("create qp %#x: sq %u x %u bytes, rq %u x %u bytes", r->qpn, r->sq_slots, r->sq_slot_bytes,
+		 r->rq_slots, r->rq_slot_bytes);
+	return qp;
+}
+
+/* verbs_context.create_qp_ex: the basic attributes only. */
+static struct ibv_qp *uv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *x)
+{
+	(void)ctx;
+	if (!(x->comp_mask & IBV_QP_INIT_ATTR_PD) || !x->pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((x->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) ||
+	    ((x->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && x->create_flags)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_qp_init_attr a = {.qp_context = x->qp_context, .send_cq = x->send_cq, .recv_cq = x->recv_cq,
+				     .srq = x->srq, .cap = x->cap, .qp_type = x->qp_type, .sq_sig_all = x->sq_sig_all};
+	struct ibv_qp *qp = ibv_create_qp(x->pd, &a);
+	if (qp)
+		x->cap = a.cap;
+	return qp;
+}
+
+UV_LATEST(ibv_modify_qp);
+int uv_ibv_modify_qp_1_1(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	struct uv_qp *q = (struct uv_qp *)qp;
+	struct up_modify_qp req = {.qp = q->handle, .mask = mask};
+	struct up_qp_attr *a = &req.attr;
+	a->state = attr->qp_state;
+	a->cur_state = attr->cur_qp_state;
+	a->path_mtu = attr->path_mtu;
+	a->qkey = attr->qkey;
+	a->rq_psn = attr->rq_psn;
+	a->sq_psn = attr->sq_psn;
+	a->dest_qpn = attr->dest_qp_num;
+	a->access_flags = attr->qp_access_flags;
+	a->pkey_index = attr->pkey_index;
+	a->port = attr->port_num;
+	a->timeout = attr->timeout;
+	a->retry_cnt = attr->retry_cnt;
+	a->rnr_retry = attr->rnr_retry;
+	a->max_rd_atomic = attr->max_rd_atomic;
+	a->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	a->min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IBV_QP_AV)
+		uv_ah_attr_to(&a->ah, &attr->ah_attr);
+	int err = uv_call(uv_ctx(qp->context), UP_OP_MODIFY_QP, &req, sizeof(req), -1, NULL, 0, NULL);
+	if (err)
+		return err;
+	if (mask & IBV_QP_STATE)
+		qp->state = attr->qp_state;
+	return 0;
+}
+
+UV_LATEST(ibv_query_qp);
+int uv_ibv_query_qp_1_1(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	struct uv_qp *q = (struct uv_qp *)qp;
+	struct up_handle h = {.handle = q->handle};
+	struct up_query_qp_resp r;
+	int err = uv_call(uv_ctx(qp->context), UP_OP_QUERY_QP, &h, sizeof(h), -1, &r, sizeof(r), NULL);
+	if (err)
+		return err;
+	const struct up_qp_attr *a = &r.attr;
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = a->state;
+	attr->cur_qp_state = a->state;
+	attr->path_mtu = a->path_mtu;
+	attr->path_mig_state = IBV_MIG_MIGRATED;
+	attr->qkey = a->qkey;
+	attr->rq_psn = a->rq_psn;
+	attr->sq_psn = a->sq_psn;
+	attr->dest_qp_num = a->dest_qpn;
+	attr->qp_access_flags = a->access_flags;
+	attr->cap.max_send_wr = q->caps.max_send_wr;
+	attr->cap.max_recv_wr = q->caps.max_recv_wr;
+	attr->cap.max_send_sge = q->caps.max_send_sge;
+	attr->cap.max_recv_sge = q->caps.max_recv_sge;
+	attr->cap.max_inline_data = q->caps.max_inline;
+	ah_attr_from(&attr->ah_attr, &a->ah);
+	attr->pkey_index = a->pkey_index;
+	attr->port_num = a->port;
+	attr->timeout = a->timeout;
+	attr->retry_cnt = a->retry_cnt;
+	attr->rnr_retry = a->rnr_retry;
+	attr->max_rd_atomic = a->max_rd_atomic;
+	attr->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	attr->min_rnr_timer = a->min_rnr_timer;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = qp->qp_context;
+		init->send_cq = qp->send_cq;
+		init->recv_cq = qp->recv_cq;
+		init->srq = qp->srq;
+		init->cap = attr->cap;
+		init->qp_type = qp->qp_type;
+		init->sq_sig_all = q->sig_all;
+	}
+	if (mask & IBV_QP_STATE)
+		qp->state = attr->qp_state;
+	return 0;
+}
+
+UV_LATEST(ibv_destroy_qp);
+int uv_ibv_destroy_qp_1_1(struct ibv_qp *qp)
+{
+	struct uv_qp *q = (struct uv_qp *)qp;
+	struct uv_context *c = uv_ctx(qp->context);
+	int err = uv_destroy_handle(c, UP_OP_DESTROY_QP, q->handle);
+	if (err && err != EIO)
+		return err;
+	LIST_DEL(c, qps, struct uv_qp, q);
+	wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, q->async_reported);
+	munmap(q->mem, q->mem_len);
+	pthread_spin_destroy(&q->slock);
+	pthread_spin_destroy(&q->rlock);
+	free(q);
+	return 0;
+}
+
+/* Address handles. */
+
+UV_LATEST(ibv_create_ah);
+struct ibv_ah *uv_ibv_create_ah_1_1(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct uv_ah *ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct up_create_ah req = {.pd = pd->handle};
+	uv_ah_attr_to(&req.attr, attr);
+	struct up_create_ah_resp r;
+	int err = uv_call(uv_ctx(pd->context), UP_OP_CREATE_AH, &req, sizeof(req), -1, &r, sizeof(r), NULL);
+	if (err) {
+		free(ah);
+		errno = err;
+		return NULL;
+	}
+	ah->attr = req.attr;
+	memcpy(ah->dmac, r.dmac, 6);
+	ah->ah.context = pd->context;
+	ah->ah.pd = pd;
+	ah->ah.handle = r.ah;
+	return &ah->ah;
+}
+
+UV_LATEST(ibv_destroy_ah);
+int uv_ibv_destroy_ah_1_1(struct ibv_ah *ah)
+{
+	int err = uv_destroy_handle(uv_ctx(ah->context), UP_OP_DESTROY_AH, ah->handle);
+	if (err && err != EIO)
+		return err;
+	free(ah);
+	return 0;
+}
+
+/* Memory windows are not supported; ibv_alloc_mw finds no alloc_mw and fails with EOPNOTSUPP. */
+static int uv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	(void)qp, (void)mw, (void)bind;
+	return EOPNOTSUPP;
+}
+
+static int uv_dealloc_mw(struct ibv_mw *mw)
+{
+	(void)mw;
+	return EOPNOTSUPP;
+}
+
+void uv_fill_ops(struct uv_context *c)
+{
+	struct ibv_context_ops *ops = &c->vctx.context.ops;
+	ops->poll_cq = uv_poll_cq;
+	ops->req_notify_cq = uv_req_notify_cq;
+	ops->post_send = uv_post_send;
+	ops->post_recv = uv_post_recv;
+	ops->post_srq_recv = uv_post_srq_recv;
+	ops->bind_mw = uv_bind_mw;
+	ops->dealloc_mw = uv_dealloc_mw;
+	ops->_compat_query_device = (void *)ibv_query_device;
+	ops->_compat_query_port = (void *)ibv_query_port;
+	c->vctx.query_port = uv_query_port;
+	c->vctx.query_device_ex = uv_query_device_ex;
+	c->vctx.create_qp_ex = uv_create_qp_ex;
+}
