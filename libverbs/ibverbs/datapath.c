@@ -84,6 +84,8 @@ int uv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		w->slid = s->slid;
 		w->sl = s->sl;
 		w->dlid_path_bits = s->dlid_path_bits;
+		if (s->opcode & IBV_WC_RECV)
+			uv_cq_recv_done(cq, s->qp_num);
 		cons++;
 		k++;
 	}
@@ -138,7 +140,9 @@ static int put_send(struct uv_qp *q, const struct ibv_send_wr *wr, uint8_t *b)
 		s.imm = be32toh(wr->imm_data);
 		break;
 	case IBV_WR_SEND_WITH_INV:
-		if (t != IBV_QPT_RC)
+		/* One of the memory management extensions: only where the device reports them. */
+		if (t != IBV_QPT_RC ||
+		    !(uv_ctx(q->qp.context)->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS))
 			return EINVAL;
 		s.imm = wr->invalidate_rkey;
 		break;
@@ -298,8 +302,9 @@ static void wait_posted(struct uv_ring *r, uint32_t i)
 	}
 }
 
+/* done: the queue's completed receives; max_wr: the receives it holds (see queues.c). */
 static int post_recv_ring(struct uv_context *c, struct uv_ring *r, pthread_spinlock_t *lock, uint32_t max_sge,
-			  struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+			  const uint32_t *done, uint32_t max_wr, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	if (uv_gone(c)) {
 		*bad = wr;
@@ -320,6 +325,10 @@ static int post_recv_ring(struct uv_context *c, struct uv_ring *r, pthread_spinl
 				err = ENOMEM;
 				break;
 			}
+		}
+		if ((int32_t)(prod - __atomic_load_n(done, __ATOMIC_ACQUIRE)) >= (int32_t)max_wr) {
+			err = ENOMEM; /* the queue is full */
+			break;
 		}
 		uint8_t *b = uv_ring_slot(r, prod);
 		struct up_recv_slot s = {.wr_id = wr->wr_id, .num_sge = wr->num_sge};
@@ -354,11 +363,12 @@ int uv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 		*bad = wr;
 		return EINVAL;
 	}
-	return post_recv_ring(uv_ctx(ibqp->context), &q->rq, &q->rlock, q->caps.max_recv_sge, wr, bad);
+	return post_recv_ring(uv_ctx(ibqp->context), &q->rq, &q->rlock, q->caps.max_recv_sge, &q->rq_done,
+			      q->caps.max_recv_wr, wr, bad);
 }
 
 int uv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct uv_srq *s = (struct uv_srq *)ibsrq;
-	return post_recv_ring(uv_ctx(ibsrq->context), &s->ring, &s->lock, s->max_sge, wr, bad);
+	return post_recv_ring(uv_ctx(ibsrq->context), &s->ring, &s->lock, s->max_sge, &s->done, s->max_wr, wr, bad);
 }

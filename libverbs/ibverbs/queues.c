@@ -82,6 +82,47 @@ static int ring_at(struct uv_ring *r, void *mem, size_t len, uint32_t off, uint3
 	return 0;
 }
 
+/*
+ * Receive accounting. A receive queue (a QP's or an SRQ's) takes as
+ * many receives as were granted, counted from when ibv_post_recv puts
+ * one in the ring to when ibv_poll_cq returns its completion (the
+ * daemon empties the ring sooner, so the ring alone does not bound the
+ * queue). The receive CQ keeps, for each of its QPs, the count that
+ * its receive completions add to.
+ */
+static int add_rq_ref(struct uv_cq *cq, uint32_t qpn, uint32_t *done)
+{
+	pthread_spin_lock(&cq->lock);
+	struct uv_rq_ref *r = realloc(cq->rqs, (cq->nrqs + 1) * sizeof(*r));
+	if (r) {
+		r[cq->nrqs++] = (struct uv_rq_ref){.qpn = qpn, .done = done};
+		cq->rqs = r;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return r ? 0 : ENOMEM;
+}
+
+static void del_rq_ref(struct uv_cq *cq, uint32_t qpn)
+{
+	pthread_spin_lock(&cq->lock);
+	for (int i = 0; i < cq->nrqs; i++)
+		if (cq->rqs[i].qpn == qpn) {
+			cq->rqs[i] = cq->rqs[--cq->nrqs];
+			break;
+		}
+	pthread_spin_unlock(&cq->lock);
+}
+
+/* A receive completion of QP qpn was polled (the caller holds cq->lock). */
+void uv_cq_recv_done(struct uv_cq *cq, uint32_t qpn)
+{
+	for (int i = 0; i < cq->nrqs; i++)
+		if (cq->rqs[i].qpn == qpn) {
+			__atomic_add_fetch(cq->rqs[i].done, 1, __ATOMIC_RELEASE);
+			return;
+		}
+}
+
 /* Completion channels. */
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
@@ -233,6 +274,7 @@ int uv_ibv_destroy_cq_1_1(struct ibv_cq *ibcq)
 	wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed, cq->async_reported);
 	munmap(cq->mem, cq->mem_len);
 	pthread_spin_destroy(&cq->lock);
+	free(cq->rqs);
 	free(cq);
 	return 0;
 }
@@ -357,7 +399,7 @@ struct ibv_srq *uv_ibv_create_srq_1_1(struct ibv_pd *pd, struct ibv_srq_init_att
 	s->max_wr = r.max_wr;
 	s->max_sge = r.max_sge;
 	s->limit = init->attr.srq_limit;
-	s->ring.prod = uv_load(uv_ring_word(&s->ring, UP_OFF_PRODUCER));
+	s->ring.prod = s->done = uv_load(uv_ring_word(&s->ring, UP_OFF_PRODUCER));
 	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
 	s->srq.context = pd->context;
 	s->srq.srq_context = init->srq_context;
@@ -493,6 +535,13 @@ struct ibv_qp *uv_ibv_create_qp_1_1(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	if (!bad && !srq)
 		bad = ring_at(&q->rq, q->mem, q->mem_len, r->rq_offset, r->rq_slots, r->rq_slot_bytes) < 0 ||
 		      r->rq_slot_bytes < UP_RECV_SLOT_HEADER + r->max_recv_sge * UP_SGE_LEN;
+	if (!bad && add_rq_ref((struct uv_cq *)init->recv_cq, r->qpn, srq ? &srq->done : &q->rq_done)) {
+		munmap(q->mem, q->mem_len);
+		uv_destroy_handle(c, UP_OP_DESTROY_QP, r->qp);
+		free(q);
+		errno = ENOMEM;
+		return NULL;
+	}
 	if (bad) {
 		err = q->mem ? EPROTO : errno;
 		uv_debug("create qp: the daemon's rings do not fit their memory");
@@ -507,7 +556,7 @@ struct ibv_qp *uv_ibv_create_qp_1_1(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	q->sig_all = req.sig_all;
 	q->sq.prod = uv_load(uv_ring_word(&q->sq, UP_OFF_PRODUCER));
 	if (!srq)
-		q->rq.prod = uv_load(uv_ring_word(&q->rq, UP_OFF_PRODUCER));
+		q->rq.prod = q->rq_done = uv_load(uv_ring_word(&q->rq, UP_OFF_PRODUCER));
 	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
 	struct ibv_qp *qp = &q->qp;
@@ -584,6 +633,12 @@ int uv_ibv_modify_qp_1_1(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		return err;
 	if (mask & IBV_QP_STATE)
 		qp->state = attr->qp_state;
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET && !qp->srq) {
+		/* RESET empties the receive queue without completions. */
+		pthread_spin_lock(&q->rlock);
+		__atomic_store_n(&q->rq_done, q->rq.prod, __ATOMIC_RELEASE);
+		pthread_spin_unlock(&q->rlock);
+	}
 	return 0;
 }
 
@@ -645,6 +700,7 @@ int uv_ibv_destroy_qp_1_1(struct ibv_qp *qp)
 	if (err && err != EIO)
 		return err;
 	LIST_DEL(c, qps, struct uv_qp, q);
+	del_rq_ref((struct uv_cq *)qp->recv_cq, qp->qp_num);
 	wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, q->async_reported);
 	munmap(q->mem, q->mem_len);
 	pthread_spin_destroy(&q->slock);

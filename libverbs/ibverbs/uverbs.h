@@ -151,6 +151,15 @@ struct uv_channel {
 	struct uv_cq *cqs;
 };
 
+/*
+ * A QP whose receives complete on a CQ, and the count of completed
+ * receives it adds to: the QP's own, or its SRQ's.
+ */
+struct uv_rq_ref {
+	uint32_t qpn;
+	uint32_t *done;
+};
+
 struct uv_cq {
 	struct ibv_cq cq;
 	uint32_t handle;
@@ -166,6 +175,8 @@ struct uv_cq {
 	uint32_t overrun_seen;
 	uint32_t empty_polls;  /* polls in a row that found nothing ... */
 	uint64_t empty_since;  /* ... since this time (ns), 0: not timed yet */
+	struct uv_rq_ref *rqs; /* the QPs it is the receive CQ of (under lock) */
+	int nrqs;
 	struct uv_cq *next; /* the context's list */
 };
 
@@ -176,6 +187,7 @@ struct uv_srq {
 	size_t mem_len;
 	struct uv_ring ring;
 	uint32_t max_wr, max_sge, limit;
+	uint32_t done; /* receives completed (polled), atomic */
 	pthread_spinlock_t lock;
 	uint32_t async_reported;
 	struct uv_srq *next;
@@ -189,6 +201,7 @@ struct uv_qp {
 	struct up_create_qp_resp caps;
 	struct uv_ring sq, rq; /* rq.n == 0 with an SRQ */
 	pthread_spinlock_t slock, rlock;
+	uint32_t rq_done; /* receives completed (polled), atomic */
 	int sig_all;
 	uint32_t async_reported;
 	struct uv_qp *next;
@@ -224,6 +237,7 @@ struct uv_cq *uv_cq_by_handle(struct uv_context *c, uint32_t h);
 struct uv_qp *uv_qp_by_handle(struct uv_context *c, uint32_t h);
 struct uv_srq *uv_srq_by_handle(struct uv_context *c, uint32_t h);
 void uv_ah_attr_to(struct up_ah_attr *d, const struct ibv_ah_attr *s);
+void uv_cq_recv_done(struct uv_cq *cq, uint32_t qpn);
 
 /* datapath.c */
 int uv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);

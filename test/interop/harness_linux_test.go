@@ -28,8 +28,13 @@ const (
 	uroceIf   = "uroce0"
 )
 
-// uroceBin is the uroce binary built by TestMain.
-var uroceBin string
+// uroceBin is the uroce binary built by TestMain; libDir, when set,
+// holds uroce's libibverbs.so.1 and its companions, built beside it
+// (lib/uroce next to the binary, where `uroce run` finds them).
+var uroceBin, libDir string
+
+// libErr says why libDir is not set.
+var libErr = "uroce's verbs libraries were not built"
 
 func TestMain(m *testing.M) {
 	code := func() int {
@@ -41,6 +46,9 @@ func TestMain(m *testing.M) {
 		if bin := os.Getenv("UROCE_INTEROP_BIN"); bin != "" {
 			// A uroce binary built elsewhere (another revision).
 			uroceBin = bin
+			if d := os.Getenv("UROCE_LIBDIR"); d != "" {
+				libDir = d
+			}
 			return m.Run()
 		}
 		dir, err := os.MkdirTemp("", "uroce-interop-")
@@ -49,12 +57,20 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		os.Chmod(dir, 0o755) // the daemon groups' clients run as nobody
 		uroceBin = filepath.Join(dir, "uroce")
 		cmd := exec.Command("go", "build", "-o", uroceBin, "github.com/uroce/uroce/cmd/uroce")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "interop: building uroce:", err)
 			return 1
+		}
+		lib := filepath.Join(dir, "lib", "uroce")
+		if out, err := exec.Command("../../libverbs/build.sh", lib).CombinedOutput(); err != nil {
+			// The groups of stock programs on uroce skip with this.
+			libErr = fmt.Sprintf("building uroce's verbs libraries: %v\n%s", err, out)
+		} else {
+			libDir = lib
 		}
 		return m.Run()
 	}()
@@ -106,6 +122,9 @@ type group struct {
 	// daemon runs a uroce daemon on the host's interface and every uroce
 	// step as an unprivileged client of it (--daemon), as user nobody.
 	daemon bool
+	// stock (with daemon) runs the steps' uroce commands, stock verbs
+	// programs, on uroce's libibverbs through `uroce run`.
+	stock bool
 }
 
 // result is what one step printed and how it ended.
@@ -208,6 +227,9 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		}
 		g.steps = keep
 	}
+	if g.stock && libDir == "" {
+		t.Skip("skipping: " + libErr)
+	}
 	t0 := time.Now()
 	n := rxe.NewNet(t, rxe.NetOptions{})
 	t.Logf("network ready after %v", time.Since(t0).Round(time.Millisecond))
@@ -241,9 +263,12 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			t.Fatalf("step %s: guest never began it: %v\nguest output:\n%s", s.name, err, peer.Output())
 		}
 		args := append([]string(nil), s.uroce...)
-		if g.daemon {
+		switch {
+		case g.stock:
+			args = append([]string{"run", "--socket", sock, "--"}, args...)
+		case g.daemon:
 			args = append(args, "--daemon="+sock)
-		} else {
+		default:
 			args = append(args, "-d", uroceIf)
 		}
 		if !s.guestClient {
@@ -259,6 +284,19 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
 		err := cmd.Run()
+		// A stock client gives up at once when the guest's server does
+		// not listen yet (uroce's own tools retry): run it again.
+		for tries := 0; g.stock && !s.guestClient && err != nil && tries < 50 &&
+			strings.Contains(out.String(), "Couldn't connect to "+guestAddr+":"); tries++ {
+			select {
+			case <-sctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			out.Reset()
+			cmd = exec.CommandContext(sctx, cmd.Path, cmd.Args[1:]...)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err = cmd.Run()
+		}
 		scancel()
 		code := 0
 		var ee *exec.ExitError

@@ -1,0 +1,2129 @@
+/*
+ * verbs_test: a check of the verbs API as its man pages describe it,
+ * between two processes on two ports of a RoCE network, with nothing in
+ * it that depends on which verbs library or device runs it.
+ *
+ *   verbs_test [-d DEV] [-g GIDIDX] [-p PORT] [-m MTU] [-t SECONDS]           server
+ *   verbs_test [-d DEV] [-g GIDIDX] [-p PORT] [-m MTU] [-t SECONDS] SERVER    client
+ *   verbs_test -L ...                                     a transfer that never ends
+ *
+ * Build: gcc -O2 -Wall -Werror -o verbs_test verbs_test.c -libverbs
+ *
+ * The two ends exchange their QP numbers, PSNs, GIDs, addresses and
+ * R_Keys over TCP (port 18600 by default) as ibv_rc_pingpong does, then
+ * run the same list of cases in lockstep, each printing `ok NAME` (with
+ * an optional `# note`) or `FAIL NAME: reason`. The exit status is 1 when
+ * a case failed on this end, 2 on a usage or set-up error.
+ *
+ * -m is the path MTU (256 ... 4096; default the port's active MTU), -g
+ * the GID index (default the first RoCE v2 GID that holds an IPv4
+ * address), -t the longest wait for a completion or an event. Every wait
+ * is bounded; a watchdog ends the process if the whole run takes more
+ * than a few minutes.
+ *
+ * With -L the client writes and reads the server's memory, checking what
+ * it reads, until it is killed (it prints "looping" once the transfer is
+ * under way); the server waits until the client's TCP connection ends.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#define BUF_LEN (64 << 10)  /* each of the malloc'ed and the mmap'ed buffer */
+#define IOVA_LEN (8 << 10)  /* the buffer registered at an I/O virtual address */
+#define IOVA_BASE 0x7e5700000000ull
+#define RO_LEN 4096         /* registered without remote write */
+#define QKEY 0x11111111u
+#define WRONG_QKEY 0x22222222u
+#define GUARD 0xee          /* bytes that must stay untouched */
+#define ATOM_OFF 60000      /* the atomic target in the malloc'ed buffer (8-byte aligned) */
+#define MW_OFF 40960        /* the memory window in the malloc'ed buffer */
+#define WATCHDOG_SECONDS 300
+
+/* The RC QPs each end creates, in the order the peers pair them. */
+enum { Q_MAIN, Q_INV, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, NQP };
+
+static const char *prog = "verbs_test";
+static int timeout_ms = 5000;
+static int server;
+static int failures;
+static char why[512];
+
+/* A case's verdict: CHECK sets the reason and leaves the case. */
+#define CHECK(cond, ...)                                  \
+	do {                                              \
+		if (!(cond)) {                            \
+			snprintf(why, sizeof(why), __VA_ARGS__); \
+			return -1;                        \
+		}                                         \
+	} while (0)
+
+static char note[256];
+
+static void report(const char *name, int r)
+{
+	if (r == 0 && note[0])
+		printf("ok %s # %s\n", name, note);
+	else if (r == 0)
+		printf("ok %s\n", name);
+	else {
+		printf("FAIL %s: %s\n", name, why[0] ? why : "failed");
+		failures++;
+	}
+	fflush(stdout);
+	why[0] = note[0] = 0;
+}
+
+#define RUN(name, call) report(name, (call))
+
+/* Sets the reason and returns -1, for use in expressions. */
+static int failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int failf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static void watchdog(int sig)
+{
+	(void)sig;
+	static const char m[] = "FAIL watchdog: the run did not end in time\n";
+	(void)!write(1, m, sizeof(m) - 1);
+	_exit(3);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Test data: a byte sequence per seed, so stale bytes never pass. */
+static uint8_t pat(unsigned seed, size_t i)
+{
+	return (uint8_t)(seed * 131 + i * 7 + (i >> 8) * 13 + 1);
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = pat(seed, i);
+}
+
+/* The first index where p differs from the pattern's bytes from start on, or -1. */
+static long check_pat_at(const uint8_t *p, size_t n, unsigned seed, size_t start)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != pat(seed, start + i))
+			return (long)i;
+	return -1;
+}
+
+static long check_pat(const uint8_t *p, size_t n, unsigned seed)
+{
+	return check_pat_at(p, n, seed, 0);
+}
+
+static long check_byte(const uint8_t *p, size_t n, uint8_t b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != b)
+			return (long)i;
+	return -1;
+}
+
+/* The out-of-band connection. */
+
+static int oob = -1;
+
+static void write_all(const void *p, size_t n)
+{
+	const char *c = p;
+	while (n > 0) {
+		ssize_t k = write(oob, c, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			die("out-of-band connection: write: %s", k < 0 ? strerror(errno) : "closed");
+		c += k;
+		n -= k;
+	}
+}
+
+static void read_all(void *p, size_t n)
+{
+	char *c = p;
+	while (n > 0) {
+		ssize_t k = read(oob, c, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			die("out-of-band connection: read: %s", k < 0 ? strerror(errno) : "the peer closed it");
+		c += k;
+		n -= k;
+	}
+}
+
+/* A barrier with the peer: each end passes a byte; the peer's comes back. */
+static uint8_t sync_peer(uint8_t mine)
+{
+	uint8_t theirs;
+	write_all(&mine, 1);
+	read_all(&theirs, 1);
+	return theirs;
+}
+
+static void sync_u32(uint32_t *v)
+{
+	uint32_t n = htobe32(*v);
+	write_all(&n, 4);
+	read_all(&n, 4);
+	*v = be32toh(n);
+}
+
+static void oob_connect(const char *host, const char *port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = host ? 0 : AI_PASSIVE};
+	struct addrinfo *res;
+	int e = getaddrinfo(host, port, &hints, &res);
+	if (e)
+		die("%s:%s: %s", host ? host : "*", port, gai_strerror(e));
+	if (!host) {
+		int l = -1;
+		for (struct addrinfo *a = res; a && l < 0; a = a->ai_next) {
+			l = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+			if (l < 0)
+				continue;
+			int one = 1;
+			setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			if (bind(l, a->ai_addr, a->ai_addrlen) < 0 || listen(l, 1) < 0) {
+				close(l);
+				l = -1;
+			}
+		}
+		freeaddrinfo(res);
+		if (l < 0)
+			die("listen on port %s: %s", port, strerror(errno));
+		struct pollfd p = {.fd = l, .events = POLLIN};
+		if (poll(&p, 1, 120000) != 1)
+			die("no client connected to port %s in 120 s", port);
+		oob = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+		if (oob < 0)
+			die("accept: %s", strerror(errno));
+		close(l);
+	} else {
+		/* The server may not listen yet: try for a while. */
+		uint64_t until = now_ms() + 30000;
+		for (;;) {
+			for (struct addrinfo *a = res; a && oob < 0; a = a->ai_next) {
+				oob = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+				if (oob >= 0 && connect(oob, a->ai_addr, a->ai_addrlen) < 0) {
+					close(oob);
+					oob = -1;
+				}
+			}
+			if (oob >= 0 || now_ms() > until)
+				break;
+			usleep(100000);
+		}
+		freeaddrinfo(res);
+		if (oob < 0)
+			die("connect to %s:%s: %s", host, port, strerror(errno));
+	}
+	int one = 1;
+	setsockopt(oob, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* A peer that stops answering ends this one too. */
+	struct timeval tv = {.tv_sec = 120};
+	setsockopt(oob, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* What the ends tell each other. Every field is a u64, sent big-endian. */
+struct info {
+	uint64_t qpn[NQP], psn[NQP];
+	uint64_t ud_qpn;
+	uint64_t buf_addr, buf_rkey;
+	uint64_t mm_addr, mm_rkey;
+	uint64_t iova, iova_rkey;
+	uint64_t ro_addr, ro_rkey;
+	uint64_t cap_flags, atomic_cap;
+	uint64_t lid;
+	uint64_t gid_hi, gid_lo; /* the GID's bytes 0-7 and 8-15 */
+};
+
+static void exchange(const struct info *mine, struct info *theirs)
+{
+	uint64_t a[sizeof(struct info) / 8];
+	memcpy(a, mine, sizeof(a));
+	for (size_t i = 0; i < sizeof(a) / 8; i++)
+		a[i] = htobe64(a[i]);
+	write_all(a, sizeof(a));
+	read_all(a, sizeof(a));
+	for (size_t i = 0; i < sizeof(a) / 8; i++)
+		a[i] = be64toh(a[i]);
+	memcpy(theirs, a, sizeof(a));
+}
+
+static void gid_to_info(const union ibv_gid *g, struct info *in)
+{
+	in->gid_hi = be64toh(g->global.subnet_prefix);
+	in->gid_lo = be64toh(g->global.interface_id);
+}
+
+static void gid_from_info(const struct info *in, union ibv_gid *g)
+{
+	g->global.subnet_prefix = htobe64(in->gid_hi);
+	g->global.interface_id = htobe64(in->gid_lo);
+}
+
+static int gid_is_v4(const union ibv_gid *g)
+{
+	static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(g->raw, pfx, 12) == 0;
+}
+
+static const char *gid_str(const union ibv_gid *g, char *b, size_t n)
+{
+	if (!inet_ntop(AF_INET6, g->raw, b, n))
+		snprintf(b, n, "?");
+	return b;
+}
+
+/* The resources of one end. */
+
+struct end {
+	struct ibv_device **list;
+	struct ibv_device *dev;
+	struct ibv_context *ctx;
+	struct ibv_device_attr attr;
+	struct ibv_port_attr port;
+	union ibv_gid gid;
+	int gidx;
+	enum ibv_mtu mtu;
+	int mtu_bytes;
+	struct ibv_pd *pd;
+	uint8_t *buf, *mm, *ibuf, *ro;
+	struct ibv_mr *buf_mr, *mm_mr, *iova_mr, *ro_mr;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *ev_cq;   /* the main QP's receive CQ, with the channel */
+	struct ibv_cq *cq;      /* the main QP's send CQ */
+	struct ibv_cq *srq_cq;  /* the QPs on the SRQ */
+	struct ibv_cq *err_cq;  /* the QPs of the error cases */
+	struct ibv_cq *ud_cq;
+	struct ibv_cq *local_cq; /* QPs that never connect */
+	struct ibv_srq *srq;
+	struct ibv_qp *qp[NQP];
+	uint32_t psn[NQP];
+	struct ibv_qp *ud;
+	uint32_t ud_psn;
+	struct ibv_ah *ah, *reply_ah;
+	struct info peer;
+	union ibv_gid peer_gid;
+};
+
+static struct end E;
+static int ev_cq_context; /* its address is the CQ's context */
+
+static const char *wc_str(const struct ibv_wc *wc, char *b, size_t n)
+{
+	snprintf(b, n, "wr_id %llu status %d (%s) opcode %d byte_len %u flags %#x qp %#x",
+		 (unsigned long long)wc->wr_id, wc->status, ibv_wc_status_str(wc->status), wc->opcode, wc->byte_len,
+		 wc->wc_flags, wc->qp_num);
+	return b;
+}
+
+/* The next completion of cq within the timeout: 0, or -1 with why set. */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, const char *what)
+{
+	uint64_t until = now_ms() + timeout_ms;
+	for (unsigned k = 0;; k++) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0) {
+			snprintf(why, sizeof(why), "%s: ibv_poll_cq returned %d", what, n);
+			return -1;
+		}
+		if (n == 1)
+			return 0;
+		if ((k & 255) == 255 && now_ms() > until) {
+			snprintf(why, sizeof(why), "%s: no completion in %d ms", what, timeout_ms);
+			return -1;
+		}
+		if ((k & 15) == 15)
+			sched_yield();
+	}
+}
+
+/* Nothing more arrives on cq for ms milliseconds. */
+static int poll_none(struct ibv_cq *cq, int ms, const char *what)
+{
+	struct ibv_wc wc;
+	uint64_t until = now_ms() + ms;
+	while (now_ms() < until) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n != 0) {
+			char b[160];
+			snprintf(why, sizeof(why), "%s: unexpected completion: %s", what,
+				 n < 0 ? "poll error" : wc_str(&wc, b, sizeof(b)));
+			return -1;
+		}
+		usleep(1000);
+	}
+	return 0;
+}
+
+/* A completion that must succeed with the given wr_id and opcode. */
+static int expect_wc(struct ibv_cq *cq, struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_opcode op, const char *what)
+{
+	if (poll_one(cq, wc, what))
+		return -1;
+	char b[160];
+	CHECK(wc->status == IBV_WC_SUCCESS && wc->wr_id == wr_id && wc->opcode == op,
+	      "%s: %s; want wr_id %llu status success opcode %d", what, wc_str(wc, b, sizeof(b)),
+	      (unsigned long long)wr_id, op);
+	return 0;
+}
+
+static int post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
+	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+static int post_srq(struct ibv_srq *srq, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
+	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
+	return ibv_post_srq_recv(srq, &wr, &bad);
+}
+
+/* One signaled work request with at most one SGE (len 0: none). */
+static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id,
+		uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = len ? 1 : 0, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Device, port, GID, P_Key. */
+
+static int case_device_list(const char *want)
+{
+	int n = -1;
+	E.list = ibv_get_device_list(&n);
+	CHECK(E.list, "ibv_get_device_list: %s", strerror(errno));
+	CHECK(n > 0, "ibv_get_device_list: no devices");
+	CHECK(E.list[n] == NULL, "the list is not NULL-terminated after %d devices", n);
+	for (int i = 0; i < n && !E.dev; i++) {
+		const char *name = ibv_get_device_name(E.list[i]);
+		CHECK(name && *name, "device %d has no name", i);
+		if (!want || strcmp(name, want) == 0)
+			E.dev = E.list[i];
+	}
+	CHECK(E.dev, "no device %s among %d", want, n);
+	CHECK(ibv_get_device_guid(E.dev) != 0, "ibv_get_device_guid: 0");
+	return 0;
+}
+
+static int case_open_device(void)
+{
+	E.ctx = ibv_open_device(E.dev);
+	CHECK(E.ctx, "ibv_open_device(%s): %s", ibv_get_device_name(E.dev), strerror(errno));
+	CHECK(E.ctx->device == E.dev, "context->device is not the device opened");
+	return 0;
+}
+
+static int case_query_device(void)
+{
+	int e = ibv_query_device(E.ctx, &E.attr);
+	CHECK(e == 0, "ibv_query_device: %s", strerror(e));
+	struct ibv_device_attr *a = &E.attr;
+	CHECK(a->phys_port_cnt >= 1, "phys_port_cnt %u", a->phys_port_cnt);
+	CHECK(a->max_qp >= 16 && a->max_qp_wr >= 64 && a->max_sge >= 2 && a->max_cq >= 8 && a->max_cqe >= 64 &&
+		      a->max_mr >= 8 && a->max_pd >= 1 && a->max_srq >= 1 && a->max_srq_wr >= 16 && a->max_ah >= 2,
+	      "limits too small for this test: max_qp %d qp_wr %d sge %d cq %d cqe %d mr %d pd %d srq %d srq_wr %d "
+	      "ah %d", a->max_qp, a->max_qp_wr, a->max_sge, a->max_cq, a->max_cqe, a->max_mr, a->max_pd, a->max_srq,
+	      a->max_srq_wr, a->max_ah);
+	CHECK(a->node_guid == ibv_get_device_guid(E.dev), "node_guid %#llx, ibv_get_device_guid %#llx",
+	      (unsigned long long)be64toh(a->node_guid), (unsigned long long)be64toh(ibv_get_device_guid(E.dev)));
+	struct ibv_device_attr_ex x;
+	memset(&x, 0xa5, sizeof(x));
+	e = ibv_query_device_ex(E.ctx, NULL, &x);
+	CHECK(e == 0, "ibv_query_device_ex: %s", strerror(e));
+	CHECK(x.orig_attr.node_guid == a->node_guid && x.orig_attr.max_qp == a->max_qp &&
+		      x.orig_attr.max_cqe == a->max_cqe && x.orig_attr.phys_port_cnt == a->phys_port_cnt,
+	      "ibv_query_device_ex's orig_attr differs from ibv_query_device's");
+	return 0;
+}
+
+static int case_query_port(int want_mtu)
+{
+	int e = ibv_query_port(E.ctx, 1, &E.port);
+	CHECK(e == 0, "ibv_query_port(1): %s", strerror(e));
+	struct ibv_port_attr *p = &E.port;
+	CHECK(p->state == IBV_PORT_ACTIVE, "port state %s", ibv_port_state_str(p->state));
+	CHECK(p->link_layer == IBV_LINK_LAYER_ETHERNET, "link_layer %u, want Ethernet", p->link_layer);
+	CHECK(p->active_mtu >= IBV_MTU_256 && p->active_mtu <= p->max_mtu && p->max_mtu <= IBV_MTU_4096,
+	      "active_mtu %d max_mtu %d", p->active_mtu, p->max_mtu);
+	CHECK(p->gid_tbl_len >= 1 && p->pkey_tbl_len >= 1, "gid_tbl_len %d pkey_tbl_len %u", p->gid_tbl_len,
+	      p->pkey_tbl_len);
+	E.mtu = p->active_mtu;
+	if (want_mtu) {
+		enum ibv_mtu m = want_mtu == 256 ? IBV_MTU_256 : want_mtu == 512 ? IBV_MTU_512 :
+				 want_mtu == 1024 ? IBV_MTU_1024 : want_mtu == 2048 ? IBV_MTU_2048 : IBV_MTU_4096;
+		CHECK(m <= p->active_mtu, "-m %d is past the port's active MTU (%d)", want_mtu, 128 << p->active_mtu);
+		E.mtu = m;
+	}
+	E.mtu_bytes = 128 << E.mtu;
+	struct ibv_port_attr bad;
+	CHECK(ibv_query_port(E.ctx, E.attr.phys_port_cnt + 1, &bad) != 0, "ibv_query_port(%d) succeeded",
+	      E.attr.phys_port_cnt + 1);
+	snprintf(note, sizeof(note), "active_mtu %d, path mtu %d", 128 << p->active_mtu, E.mtu_bytes);
+	return 0;
+}
+
+/* The GID: -g's, or the first RoCE v2 one holding an IPv4 address. */
+static int case_query_gid(int gidx)
+{
+	struct ibv_gid_entry ent;
+	if (gidx < 0) {
+		for (int i = 0; i < E.port.gid_tbl_len && gidx < 0; i++) {
+			union ibv_gid g;
+			if (ibv_query_gid_ex(E.ctx, 1, i, &ent, 0) == 0 && ent.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+			    ibv_query_gid(E.ctx, 1, i, &g) == 0 && gid_is_v4(&g))
+				gidx = i;
+		}
+		CHECK(gidx >= 0, "no RoCE v2 GID with an IPv4 address among %d", E.port.gid_tbl_len);
+	}
+	CHECK(gidx < E.port.gid_tbl_len, "-g %d: the table has %d entries", gidx, E.port.gid_tbl_len);
+	E.gidx = gidx;
+	CHECK(ibv_query_gid(E.ctx, 1, gidx, &E.gid) == 0, "ibv_query_gid(%d): %s", gidx, strerror(errno));
+	static const union ibv_gid zero;
+	CHECK(memcmp(&E.gid, &zero, sizeof(zero)) != 0, "GID %d is all zeros", gidx);
+	memset(&ent, 0xa5, sizeof(ent));
+	int e = ibv_query_gid_ex(E.ctx, 1, gidx, &ent, 0);
+	CHECK(e == 0, "ibv_query_gid_ex(%d): %s", gidx, strerror(e));
+	char b1[64], b2[64];
+	CHECK(memcmp(&ent.gid, &E.gid, sizeof(E.gid)) == 0, "ibv_query_gid_ex: %s, ibv_query_gid: %s",
+	      gid_str(&ent.gid, b1, sizeof(b1)), gid_str(&E.gid, b2, sizeof(b2)));
+	CHECK(ent.gid_index == (uint32_t)gidx && ent.port_num == 1, "entry: gid_index %u port_num %u", ent.gid_index,
+	      ent.port_num);
+	CHECK(ent.gid_type == IBV_GID_TYPE_ROCE_V2, "gid_type %u, want RoCE v2", ent.gid_type);
+	union ibv_gid g;
+	int past = E.port.gid_tbl_len;
+	CHECK(ibv_query_gid(E.ctx, 1, past, &g) == -1, "ibv_query_gid past the table (%d) did not fail", past);
+	CHECK(ibv_query_gid_ex(E.ctx, 1, past, &ent, 0) != 0, "ibv_query_gid_ex past the table (%d) did not fail",
+	      past);
+	snprintf(note, sizeof(note), "index %d %s", gidx, gid_str(&E.gid, b1, sizeof(b1)));
+	return 0;
+}
+
+static int case_query_pkey(void)
+{
+	__be16 pk = 0;
+	CHECK(ibv_query_pkey(E.ctx, 1, 0, &pk) == 0, "ibv_query_pkey(0): %s", strerror(errno));
+	CHECK(be16toh(pk) == 0xffff, "P_Key 0 is %#x, want the default 0xffff", be16toh(pk));
+	int i = ibv_get_pkey_index(E.ctx, 1, htobe16(0xffff));
+	CHECK(i == 0, "ibv_get_pkey_index(0xffff) = %d", i);
+	CHECK(ibv_query_pkey(E.ctx, 1, E.port.pkey_tbl_len, &pk) != 0, "ibv_query_pkey(%u) past the table succeeded",
+	      E.port.pkey_tbl_len);
+	return 0;
+}
+
+/* PD and memory regions. */
+
+static int case_alloc_pd(void)
+{
+	E.pd = ibv_alloc_pd(E.ctx);
+	CHECK(E.pd, "ibv_alloc_pd: %s", strerror(errno));
+	CHECK(E.pd->context == E.ctx, "pd->context");
+	return 0;
+}
+
+#define REMOTE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static int check_mr(struct ibv_mr *mr, void *addr, size_t len, const char *what)
+{
+	CHECK(mr, "%s: %s", what, strerror(errno));
+	CHECK(mr->addr == addr && mr->length == len && mr->pd == E.pd && mr->context == E.ctx,
+	      "%s: addr %p length %zu (want %p %zu)", what, mr->addr, mr->length, addr, len);
+	return 0;
+}
+
+static int case_reg_mr_malloc(void)
+{
+	E.buf = malloc(BUF_LEN);
+	CHECK(E.buf, "malloc");
+	fill(E.buf, BUF_LEN, 1);
+	E.buf_mr = ibv_reg_mr(E.pd, E.buf, BUF_LEN, REMOTE);
+	if (check_mr(E.buf_mr, E.buf, BUF_LEN, "ibv_reg_mr"))
+		return -1;
+	long i = check_pat(E.buf, BUF_LEN, 1);
+	CHECK(i < 0, "the buffer's byte %ld changed when it was registered", i);
+	E.ro = malloc(RO_LEN);
+	CHECK(E.ro, "malloc");
+	fill(E.ro, RO_LEN, 2);
+	E.ro_mr = ibv_reg_mr(E.pd, E.ro, RO_LEN, IBV_ACCESS_REMOTE_READ);
+	return check_mr(E.ro_mr, E.ro, RO_LEN, "ibv_reg_mr (remote read only)");
+}
+
+static int case_reg_mr_mmap(void)
+{
+	E.mm = mmap(NULL, BUF_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(E.mm != MAP_FAILED, "mmap: %s", strerror(errno));
+	fill(E.mm, BUF_LEN, 3);
+	E.mm_mr = ibv_reg_mr(E.pd, E.mm, BUF_LEN, REMOTE);
+	if (check_mr(E.mm_mr, E.mm, BUF_LEN, "ibv_reg_mr"))
+		return -1;
+	long i = check_pat(E.mm, BUF_LEN, 3);
+	CHECK(i < 0, "the mapping's byte %ld changed when it was registered", i);
+	fill(E.mm, BUF_LEN, 4); /* still our memory to write */
+	i = check_pat(E.mm, BUF_LEN, 4);
+	CHECK(i < 0, "byte %ld of the registered mapping does not keep what was written", i);
+	return 0;
+}
+
+static int case_reg_mr_iova2(void)
+{
+	E.ibuf = mmap(NULL, IOVA_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(E.ibuf != MAP_FAILED, "mmap: %s", strerror(errno));
+	fill(E.ibuf, IOVA_LEN, 5);
+	E.iova_mr = ibv_reg_mr_iova2(E.pd, E.ibuf, IOVA_LEN, IOVA_BASE, REMOTE);
+	if (check_mr(E.iova_mr, E.ibuf, IOVA_LEN, "ibv_reg_mr_iova2"))
+		return -1;
+	long i = check_pat(E.ibuf, IOVA_LEN, 5);
+	CHECK(i < 0, "byte %ld changed when it was registered", i);
+	return 0;
+}
+
+static int case_reg_mr_bad_access(void)
+{
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(E.pd, E.buf, 4096, IBV_ACCESS_REMOTE_WRITE);
+	if (mr)
+		ibv_dereg_mr(mr);
+	CHECK(!mr && errno == EINVAL, "remote write without local write: %s, errno %s", mr ? "registered" : "refused",
+	      strerror(errno));
+	return 0;
+}
+
+/* CQs, the completion channel, the SRQ and the QPs. */
+
+static int case_create_cq(void)
+{
+	E.ch = ibv_create_comp_channel(E.ctx);
+	CHECK(E.ch, "ibv_create_comp_channel: %s", strerror(errno));
+	CHECK(E.ch->fd >= 0 && E.ch->context == E.ctx, "channel fd %d", E.ch->fd);
+	E.ev_cq = ibv_create_cq(E.ctx, 64, &ev_cq_context, E.ch, 0);
+	CHECK(E.ev_cq, "ibv_create_cq with a channel: %s", strerror(errno));
+	CHECK(E.ev_cq->cqe >= 64 && E.ev_cq->channel == E.ch && E.ev_cq->cq_context == &ev_cq_context &&
+		      E.ev_cq->context == E.ctx,
+	      "cq: cqe %d channel %p context %p", E.ev_cq->cqe, (void *)E.ev_cq->channel, E.ev_cq->cq_context);
+	struct ibv_cq **cqs[] = {&E.cq, &E.srq_cq, &E.err_cq, &E.ud_cq, &E.local_cq};
+	for (size_t i = 0; i < sizeof(cqs) / sizeof(cqs[0]); i++) {
+		*cqs[i] = ibv_create_cq(E.ctx, 64, NULL, NULL, 0);
+		CHECK(*cqs[i], "ibv_create_cq: %s", strerror(errno));
+	}
+	errno = 0;
+	struct ibv_cq *bad = ibv_create_cq(E.ctx, 16, NULL, NULL, E.ctx->num_comp_vectors);
+	CHECK(!bad, "ibv_create_cq on comp_vector %d (of %d) succeeded", E.ctx->num_comp_vectors,
+	      E.ctx->num_comp_vectors);
+	return 0;
+}
+
+static int case_create_srq(void)
+{
+	struct ibv_srq_init_attr a = {.attr = {.max_wr = 16, .max_sge = 1}};
+	E.srq = ibv_create_srq(E.pd, &a);
+	CHECK(E.srq, "ibv_create_srq: %s", strerror(errno));
+	CHECK(a.attr.max_wr >= 16 && a.attr.max_sge >= 1, "granted max_wr %u max_sge %u", a.attr.max_wr,
+	      a.attr.max_sge);
+	struct ibv_srq_attr q;
+	int e = ibv_query_srq(E.srq, &q);
+	CHECK(e == 0, "ibv_query_srq: %s", strerror(e));
+	CHECK(q.max_wr >= 16 && q.max_sge >= 1, "ibv_query_srq: max_wr %u max_sge %u", q.max_wr, q.max_sge);
+	return 0;
+}
+
+static struct ibv_qp *create_qp(enum ibv_qp_type t, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq,
+				struct ibv_qp_cap *granted)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = scq,
+		.recv_cq = rcq,
+		.srq = srq,
+		.cap = {.max_send_wr = 16, .max_recv_wr = srq ? 0 : 16, .max_send_sge = 2, .max_recv_sge = 2,
+			.max_inline_data = 64},
+		.qp_type = t,
+	};
+	struct ibv_qp *qp = ibv_create_qp(E.pd, &a);
+	if (qp && granted)
+		*granted = a.cap;
+	return qp;
+}
+
+static struct ibv_qp_cap main_cap;
+
+static int case_create_qp(void)
+{
+	E.qp[Q_MAIN] = create_qp(IBV_QPT_RC, E.cq, E.ev_cq, NULL, &main_cap);
+	CHECK(E.qp[Q_MAIN], "ibv_create_qp (RC): %s", strerror(errno));
+	struct ibv_qp *q = E.qp[Q_MAIN];
+	CHECK(q->qp_num != 0 && q->qp_type == IBV_QPT_RC && q->state == IBV_QPS_RESET && q->pd == E.pd &&
+		      q->send_cq == E.cq && q->recv_cq == E.ev_cq,
+	      "qp: qp_num %#x type %d state %d", q->qp_num, q->qp_type, q->state);
+	CHECK(main_cap.max_send_wr >= 16 && main_cap.max_recv_wr >= 16 && main_cap.max_send_sge >= 2 &&
+		      main_cap.max_recv_sge >= 2,
+	      "granted send_wr %u recv_wr %u send_sge %u recv_sge %u", main_cap.max_send_wr, main_cap.max_recv_wr,
+	      main_cap.max_send_sge, main_cap.max_recv_sge);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	int e = ibv_query_qp(q, &qa, IBV_QP_STATE | IBV_QP_CAP, &qi);
+	CHECK(e == 0, "ibv_query_qp: %s", strerror(e));
+	CHECK(qa.qp_state == IBV_QPS_RESET, "ibv_query_qp: state %d, want RESET", qa.qp_state);
+	CHECK(qi.qp_type == IBV_QPT_RC && qi.cap.max_send_wr >= 16 && qi.send_cq == E.cq && qi.recv_cq == E.ev_cq,
+	      "ibv_query_qp: init attributes type %d send_wr %u", qi.qp_type, qi.cap.max_send_wr);
+	E.qp[Q_SRQ0] = create_qp(IBV_QPT_RC, E.srq_cq, E.srq_cq, E.srq, NULL);
+	E.qp[Q_SRQ1] = create_qp(IBV_QPT_RC, E.srq_cq, E.srq_cq, E.srq, NULL);
+	CHECK(E.qp[Q_SRQ0] && E.qp[Q_SRQ1], "ibv_create_qp with an SRQ: %s", strerror(errno));
+	CHECK(E.qp[Q_SRQ0]->srq == E.srq, "qp->srq");
+	E.qp[Q_INV] = create_qp(IBV_QPT_RC, E.cq, E.ev_cq, NULL, NULL);
+	CHECK(E.qp[Q_INV], "ibv_create_qp (RC): %s", strerror(errno));
+	for (int i = Q_BAD_RKEY; i < NQP; i++) {
+		E.qp[i] = create_qp(IBV_QPT_RC, E.err_cq, E.err_cq, NULL, NULL);
+		CHECK(E.qp[i], "ibv_create_qp (RC): %s", strerror(errno));
+	}
+	E.ud = create_qp(IBV_QPT_UD, E.ud_cq, E.ud_cq, NULL, NULL);
+	CHECK(E.ud, "ibv_create_qp (UD): %s", strerror(errno));
+	CHECK(E.ud->qp_type == IBV_QPT_UD, "UD qp_type %d", E.ud->qp_type);
+	return 0;
+}
+
+/* The attribute rules of ibv_modify_qp. */
+
+static int modify(struct ibv_qp *qp, enum ibv_qp_state st, int mask, struct ibv_qp_attr *a)
+{
+	a->qp_state = st;
+	return ibv_modify_qp(qp, a, mask | IBV_QP_STATE);
+}
+
+static struct ibv_qp_attr init_attr(void)
+{
+	struct ibv_qp_attr a = {
+		.pkey_index = 0,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	return a;
+}
+#define INIT_MASK (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
+
+static struct ibv_qp_attr rtr_attr(uint32_t dqpn, uint32_t rpsn)
+{
+	struct ibv_qp_attr a = {
+		.path_mtu = E.mtu,
+		.dest_qp_num = dqpn,
+		.rq_psn = rpsn,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 1, /* 0.01 ms */
+		.ah_attr = {.is_global = 1, .dlid = E.peer.lid, .sl = 0, .port_num = 1,
+			    .grh = {.dgid = E.peer_gid, .sgid_index = E.gidx, .hop_limit = 64}},
+	};
+	return a;
+}
+#define RTR_MASK (IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | \
+		  IBV_QP_MIN_RNR_TIMER)
+#define RTS_MASK (IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)
+
+static enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr i;
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i))
+		return (enum ibv_qp_state)-1;
+	return a.qp_state;
+}
+
+static int case_modify_qp_rules(void)
+{
+	struct ibv_qp *qp = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, NULL, NULL);
+	CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = rtr_attr(qp->qp_num, 0); /* AV: ourselves */
+	a.pkey_index = 0, a.port_num = 1, a.qp_access_flags = 0;
+	int e;
+	int r = -1;
+	if ((e = modify(qp, IBV_QPS_RTR, RTR_MASK, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "RESET to RTR: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_RTS, RTS_MASK, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "RESET to RTS: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	a = init_attr();
+	if ((e = modify(qp, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "RESET to INIT without IBV_QP_PORT: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_INIT, INIT_MASK | IBV_QP_SQ_PSN, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "RESET to INIT with IBV_QP_SQ_PSN: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	if (qp_state(qp) != IBV_QPS_RESET) {
+		snprintf(why, sizeof(why), "refused transitions changed the state to %d", qp_state(qp));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a)) != 0 || qp_state(qp) != IBV_QPS_INIT) {
+		snprintf(why, sizeof(why), "RESET to INIT: %s, state %d", strerror(e), qp_state(qp));
+		goto out;
+	}
+	a.sq_psn = 1, a.timeout = 14, a.retry_cnt = 7, a.rnr_retry = 7, a.max_rd_atomic = 1;
+	if ((e = modify(qp, IBV_QPS_RTS, RTS_MASK, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "INIT to RTS: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	a = rtr_attr(qp->qp_num, 0);
+	if ((e = modify(qp, IBV_QPS_RTR, RTR_MASK & ~IBV_QP_AV, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "INIT to RTR without IBV_QP_AV: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_RESET, 0, &a)) != 0 || qp_state(qp) != IBV_QPS_RESET) {
+		snprintf(why, sizeof(why), "INIT to RESET: %s, state %d", strerror(e), qp_state(qp));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_ERR, 0, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "RESET to ERR: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	a = init_attr();
+	if ((e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a)) != 0) {
+		snprintf(why, sizeof(why), "RESET to INIT again: %s", strerror(e));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_ERR, 0, &a)) != 0 || qp_state(qp) != IBV_QPS_ERR) {
+		snprintf(why, sizeof(why), "INIT to ERR: %s, state %d", strerror(e), qp_state(qp));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a)) != EINVAL) {
+		snprintf(why, sizeof(why), "ERR to INIT: %s, want EINVAL", strerror(e));
+		goto out;
+	}
+	if ((e = modify(qp, IBV_QPS_RESET, 0, &a)) != 0 || qp_state(qp) != IBV_QPS_RESET) {
+		snprintf(why, sizeof(why), "ERR to RESET: %s, state %d", strerror(e), qp_state(qp));
+		goto out;
+	}
+	r = 0;
+out:
+	if ((e = ibv_destroy_qp(qp)) != 0 && r == 0) {
+		snprintf(why, sizeof(why), "ibv_destroy_qp: %s", strerror(e));
+		r = -1;
+	}
+	if (r)
+		return r;
+	/* UD: RESET to INIT needs the Q_Key, and no access flags. */
+	qp = create_qp(IBV_QPT_UD, E.local_cq, E.local_cq, NULL, NULL);
+	CHECK(qp, "ibv_create_qp (UD): %s", strerror(errno));
+	struct ibv_qp_attr u = {.pkey_index = 0, .port_num = 1, .qkey = QKEY};
+	int e1 = modify(qp, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT, &u);
+	int e2 = modify(qp, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, &u);
+	int e3 = ibv_destroy_qp(qp);
+	CHECK(e1 == EINVAL, "UD RESET to INIT without IBV_QP_QKEY: %s, want EINVAL", strerror(e1));
+	CHECK(e2 == 0, "UD RESET to INIT: %s", strerror(e2));
+	CHECK(e3 == 0, "ibv_destroy_qp: %s", strerror(e3));
+	return 0;
+}
+
+/* Receives posted to a QP that moves to ERR complete with IBV_WC_WR_FLUSH_ERR. */
+static int case_flush(void)
+{
+	struct ibv_qp *qp = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, NULL, NULL);
+	CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	CHECK(e == 0, "RESET to INIT: %s", strerror(e));
+	for (int i = 0; i < 3; i++) {
+		e = post_recv(qp, E.buf + 1024 * i, 1024, E.buf_mr->lkey, 200 + i);
+		CHECK(e == 0, "ibv_post_recv in INIT: %s", strerror(e));
+	}
+	if (poll_none(E.local_cq, 20, "before ERR"))
+		return -1;
+	e = modify(qp, IBV_QPS_ERR, 0, &a);
+	CHECK(e == 0, "INIT to ERR: %s", strerror(e));
+	int seen = 0;
+	for (int i = 0; i < 3; i++) {
+		struct ibv_wc wc;
+		if (poll_one(E.local_cq, &wc, "flushed receive"))
+			return -1;
+		char b[160];
+		CHECK(wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id >= 200 && wc.wr_id < 203 && wc.qp_num == qp->qp_num,
+		      "completion %d: %s; want status IBV_WC_WR_FLUSH_ERR, wr_id 200-202, qp %#x", i,
+		      wc_str(&wc, b, sizeof(b)), qp->qp_num);
+		CHECK(!(seen & (1 << (wc.wr_id - 200))), "wr_id %llu completed twice", (unsigned long long)wc.wr_id);
+		seen |= 1 << (wc.wr_id - 200);
+	}
+	if (poll_none(E.local_cq, 20, "after the flush"))
+		return -1;
+	CHECK(qp_state(qp) == IBV_QPS_ERR, "state %d, want ERR", qp_state(qp));
+	e = ibv_destroy_qp(qp);
+	CHECK(e == 0, "ibv_destroy_qp: %s", strerror(e));
+	return 0;
+}
+
+/*
+ * A receive queue takes at least as many requests as ibv_create_qp
+ * granted, then refuses more with ENOMEM, each ibv_post_recv returning
+ * at once; every request it took is on the queue (moving the QP to ERR
+ * flushes each, in order). More SGEs than granted is EINVAL, and a list
+ * stops at its first bad request, which *bad_wr names.
+ */
+static int case_recv_queue_full(void)
+{
+	struct ibv_qp_cap cap;
+	struct ibv_qp *qp = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, NULL, &cap);
+	CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	int r = e ? failf("RESET to INIT: %s", strerror(e)) : 0;
+	uint32_t n = 0, limit = 4 * cap.max_recv_wr + 16;
+	struct ibv_sge *sge = calloc(cap.max_recv_sge + 1, sizeof(*sge));
+	CHECK(sge, "calloc");
+	for (uint32_t i = 0; i <= cap.max_recv_sge; i++)
+		sge[i] = (struct ibv_sge){.addr = (uintptr_t)E.buf, .length = 16, .lkey = E.buf_mr->lkey};
+	struct ibv_recv_wr wr[2] = {{.wr_id = 300, .sg_list = sge, .num_sge = 1},
+				    {.wr_id = 301, .sg_list = sge, .num_sge = (int)cap.max_recv_sge + 1}};
+	struct ibv_recv_wr *bad = NULL;
+	if (r == 0) {
+		wr[0].next = &wr[1];
+		e = ibv_post_recv(qp, &wr[0], &bad);
+		if (e != EINVAL || bad != &wr[1])
+			r = failf("a list whose second request has %d SGEs (max_recv_sge %u): %s, bad_wr %s",
+				  wr[1].num_sge, cap.max_recv_sge, strerror(e),
+				  bad == &wr[1] ? "the second" : "not the second");
+		n = 1; /* the first is posted */
+	}
+	uint64_t slowest = 0;
+	for (e = 0; r == 0 && e == 0 && n < limit; n++) {
+		uint64_t t = now_ms();
+		e = post_recv(qp, E.buf, 64, E.buf_mr->lkey, 300 + n);
+		t = now_ms() - t;
+		slowest = t > slowest ? t : slowest;
+		if (t > 250)
+			r = failf("receive %u (max_recv_wr %u): ibv_post_recv took %llu ms", n + 1, cap.max_recv_wr,
+				  (unsigned long long)t);
+		else if (e && n < cap.max_recv_wr)
+			r = failf("receive %u of max_recv_wr %u: %s", n + 1, cap.max_recv_wr, strerror(e));
+		else if (e && e != ENOMEM)
+			r = failf("receive %u past max_recv_wr %u: %s, want ENOMEM", n + 1, cap.max_recv_wr,
+				  strerror(e));
+	}
+	n--; /* the last one failed, or the limit was reached */
+	if (r == 0 && e == 0)
+		r = failf("the receive queue took %u requests (max_recv_wr %u) and was still not full", n,
+			  cap.max_recv_wr);
+	/* ERR flushes what was posted. */
+	if (r == 0 && (e = modify(qp, IBV_QPS_ERR, 0, &a)) != 0)
+		r = failf("INIT to ERR: %s", strerror(e));
+	for (uint32_t k = 0; r == 0 && k < n; k++) {
+		struct ibv_wc wc;
+		if (poll_one(E.local_cq, &wc, "flushed receive"))
+			r = -1;
+		else if (wc.status != IBV_WC_WR_FLUSH_ERR || wc.wr_id != 300 + k)
+			r = failf("flushed receive %u of %u: wr_id %llu status %s", k, n, (unsigned long long)wc.wr_id,
+				  ibv_wc_status_str(wc.status));
+	}
+	if (r == 0)
+		r = poll_none(E.local_cq, 20, "after the flush");
+	if ((e = ibv_destroy_qp(qp)) != 0 && r == 0)
+		r = failf("ibv_destroy_qp: %s", strerror(e));
+	free(sge);
+	if (r == 0)
+		snprintf(note, sizeof(note), "max_recv_wr %u, full after %u", cap.max_recv_wr, n);
+	return r;
+}
+
+/* Connecting the QPs. */
+
+static int connect_rc(int i)
+{
+	struct ibv_qp *qp = E.qp[i];
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	CHECK(e == 0, "qp %d RESET to INIT: %s", i, strerror(e));
+	a = rtr_attr(E.peer.qpn[i], E.peer.psn[i]);
+	e = modify(qp, IBV_QPS_RTR, RTR_MASK, &a);
+	CHECK(e == 0, "qp %d INIT to RTR: %s", i, strerror(e));
+	memset(&a, 0, sizeof(a));
+	a.sq_psn = E.psn[i];
+	a.timeout = 14; /* 67 ms */
+	a.retry_cnt = 7;
+	a.rnr_retry = i == Q_RNR ? 1 : 7; /* 7: retry for ever */
+	a.max_rd_atomic = 1;
+	e = modify(qp, IBV_QPS_RTS, RTS_MASK, &a);
+	CHECK(e == 0, "qp %d RTR to RTS: %s", i, strerror(e));
+	return 0;
+}
+
+static int case_rc_connect(void)
+{
+	for (int i = 0; i < NQP; i++)
+		if (connect_rc(i))
+			return -1;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr in;
+	int e = ibv_query_qp(E.qp[Q_MAIN], &a, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_AV, &in);
+	CHECK(e == 0, "ibv_query_qp: %s", strerror(e));
+	CHECK(a.qp_state == IBV_QPS_RTS && a.path_mtu == E.mtu && a.dest_qp_num == E.peer.qpn[Q_MAIN],
+	      "ibv_query_qp: state %d path_mtu %d dest_qp_num %#x", a.qp_state, a.path_mtu, a.dest_qp_num);
+	CHECK(a.ah_attr.is_global && memcmp(&a.ah_attr.grh.dgid, &E.peer_gid, 16) == 0 &&
+		      a.ah_attr.grh.sgid_index == E.gidx,
+	      "ibv_query_qp: the address vector is not the one given");
+	return 0;
+}
+
+static int case_ud_connect(void)
+{
+	struct ibv_qp_attr a = {.pkey_index = 0, .port_num = 1, .qkey = QKEY};
+	int e = modify(E.ud, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, &a);
+	CHECK(e == 0, "UD RESET to INIT: %s", strerror(e));
+	e = modify(E.ud, IBV_QPS_RTR, 0, &a);
+	CHECK(e == 0, "UD INIT to RTR: %s", strerror(e));
+	a.sq_psn = E.ud_psn;
+	e = modify(E.ud, IBV_QPS_RTS, IBV_QP_SQ_PSN, &a);
+	CHECK(e == 0, "UD RTR to RTS: %s", strerror(e));
+	struct ibv_ah_attr ah = {.is_global = 1, .dlid = E.peer.lid, .port_num = 1,
+				 .grh = {.dgid = E.peer_gid, .sgid_index = E.gidx, .hop_limit = 64}};
+	E.ah = ibv_create_ah(E.pd, &ah);
+	CHECK(E.ah, "ibv_create_ah: %s", strerror(errno));
+	CHECK(E.ah->pd == E.pd && E.ah->context == E.ctx, "ah->pd");
+	return 0;
+}
+
+/* RC SENDs. The client sends, the server receives. */
+
+/* The armed main receive CQ's completion event: the channel's fd becomes readable. */
+static int wait_event(void)
+{
+	struct pollfd p = {.fd = E.ch->fd, .events = POLLIN};
+	CHECK(poll(&p, 1, timeout_ms) == 1, "no completion event on the channel in %d ms", timeout_ms);
+	struct ibv_cq *cq = NULL;
+	void *cq_ctx = NULL;
+	CHECK(ibv_get_cq_event(E.ch, &cq, &cq_ctx) == 0, "ibv_get_cq_event: %s", strerror(errno));
+	ibv_ack_cq_events(cq, 1);
+	CHECK(cq == E.ev_cq && cq_ctx == &ev_cq_context, "ibv_get_cq_event: cq %p context %p, want %p %p", (void *)cq,
+	      cq_ctx, (void *)E.ev_cq, (void *)&ev_cq_context);
+	return 0;
+}
+
+/* The server also reports cq_event: the receive's completion event. */
+static int case_rc_send(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = 3 * E.mtu_bytes + 100; /* first, middles, last */
+	struct ibv_wc wc;
+	if (server) {
+		memset(E.mm, GUARD, len + 64);
+		int e = post_recv(qp, E.mm, len + 32, E.mm_mr->lkey, 1);
+		int armed = ibv_req_notify_cq(E.ev_cq, 0);
+		sync_peer(1);
+		report("cq_event", e ? failf("ibv_post_recv: %s", strerror(e)) :
+				   armed ? failf("ibv_req_notify_cq: %s", strerror(armed)) : wait_event());
+		sync_peer(1);
+		CHECK(e == 0, "ibv_post_recv: %s", strerror(e));
+		if (expect_wc(E.ev_cq, &wc, 1, IBV_WC_RECV, "receive"))
+			return -1;
+		CHECK(wc.byte_len == len && !(wc.wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV)) &&
+			      wc.qp_num == qp->qp_num,
+		      "receive: byte_len %u (want %u) flags %#x qp %#x", wc.byte_len, len, wc.wc_flags, wc.qp_num);
+		long i = check_pat(E.mm, len, 10);
+		CHECK(i < 0, "received byte %ld is %#x, want %#x", i, E.mm[i], pat(10, i));
+		i = check_byte(E.mm + len, 64, GUARD);
+		CHECK(i < 0, "byte %ld past the message was written", i);
+		/* Nothing else: one event, one completion. */
+		return poll_none(E.ev_cq, 10, "after the receive");
+	}
+	fill(E.buf, len, 10);
+	sync_peer(1);
+	int e = post(qp, IBV_WR_SEND, E.buf, len, E.buf_mr->lkey, 2, 0, 0);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : expect_wc(E.cq, &wc, 2, IBV_WC_SEND, "send");
+	sync_peer(1);
+	if (r)
+		return r;
+	long i = check_pat(E.buf, len, 10);
+	CHECK(i < 0, "the sent buffer's byte %ld changed", i);
+	return 0;
+}
+
+static int case_rc_send_imm(int zero)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = zero ? 0 : 257;
+	uint32_t imm = zero ? 0xfedcba98 : 0x12345678;
+	struct ibv_wc wc;
+	if (server) {
+		memset(E.buf, GUARD, 512);
+		int e = post_recv(qp, E.buf, 512, E.buf_mr->lkey, 3);
+		/* The CQ is armed again for the second message only. */
+		int armed = zero ? ibv_req_notify_cq(E.ev_cq, 0) : 0;
+		sync_peer(1);
+		int r = e ? failf("ibv_post_recv: %s", strerror(e)) :
+			armed ? failf("ibv_req_notify_cq: %s", strerror(armed)) : 0;
+		if (r == 0 && zero)
+			r = wait_event();
+		if (r == 0)
+			r = expect_wc(E.ev_cq, &wc, 3, IBV_WC_RECV, "receive");
+		struct pollfd p = {.fd = E.ch->fd, .events = POLLIN};
+		if (r == 0 && !zero && poll(&p, 1, 20) != 0)
+			r = failf("a completion event came for a CQ not armed again");
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc.byte_len == len && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(imm),
+		      "receive: byte_len %u (want %u) flags %#x imm_data %#x (want %#x in network order)", wc.byte_len,
+		      len, wc.wc_flags, be32toh(wc.imm_data), imm);
+		long i = check_pat(E.buf, len, 11);
+		CHECK(i < 0, "received byte %ld differs", i);
+		i = check_byte(E.buf + len, 512 - len, GUARD);
+		CHECK(i < 0, "byte %ld past the message was written", i);
+		return 0;
+	}
+	fill(E.mm, len, 11);
+	sync_peer(1);
+	struct ibv_sge sge = {.addr = (uintptr_t)E.mm, .length = len, .lkey = E.mm_mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 4, .sg_list = &sge, .num_sge = len ? 1 : 0, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(imm)}, *bad;
+	int e = ibv_post_send(qp, &wr, &bad);
+	int r = e ? (snprintf(why, sizeof(why), "ibv_post_send: %s", strerror(e)), -1) :
+		    expect_wc(E.cq, &wc, 4, IBV_WC_SEND, "send");
+	sync_peer(1);
+	return r;
+}
+
+static int case_rc_send_inline(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = 48;
+	struct ibv_wc wc;
+	if (main_cap.max_inline_data < len) {
+		snprintf(note, sizeof(note), "max_inline_data %u: not run", main_cap.max_inline_data);
+		sync_peer(1);
+		sync_peer(1);
+		return 0;
+	}
+	if (server) {
+		memset(E.buf, GUARD, 128);
+		int e = post_recv(qp, E.buf, 128, E.buf_mr->lkey, 5);
+		sync_peer(1);
+		int r = e ? failf("ibv_post_recv: %s", strerror(e)) : expect_wc(E.ev_cq, &wc, 5, IBV_WC_RECV, "receive");
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc.byte_len == len, "byte_len %u, want %u", wc.byte_len, len);
+		long i = check_pat(E.buf, len, 12);
+		CHECK(i < 0, "received byte %ld differs", i);
+		return 0;
+	}
+	uint8_t data[48]; /* not registered: inline data needs no key */
+	fill(data, len, 12);
+	sync_peer(1);
+	struct ibv_sge sge = {.addr = (uintptr_t)data, .length = len, .lkey = 0};
+	struct ibv_send_wr wr = {.wr_id = 6, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *bad;
+	int e = ibv_post_send(qp, &wr, &bad);
+	memset(data, 0, sizeof(data)); /* the bytes were taken at post time */
+	int r = e ? (snprintf(why, sizeof(why), "ibv_post_send: %s", strerror(e)), -1) :
+		    expect_wc(E.cq, &wc, 6, IBV_WC_SEND, "send");
+	sync_peer(1);
+	return r;
+}
+
+/* Gather from both buffers, scatter into both. */
+static int case_rc_send_sge(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	const uint32_t a = 700, b = 900, ra = 1000, rb = 1000;
+	uint8_t *sa = E.buf + 20000, *sb = E.mm + 20000, *da = E.mm + 30000, *db = E.buf + 30000;
+	struct ibv_wc wc;
+	if (server) {
+		memset(da, GUARD, ra + 16);
+		memset(db, GUARD, rb + 16);
+		struct ibv_sge sge[2] = {{(uintptr_t)da, ra, E.mm_mr->lkey}, {(uintptr_t)db, rb, E.buf_mr->lkey}};
+		struct ibv_recv_wr wr = {.wr_id = 7, .sg_list = sge, .num_sge = 2}, *bad;
+		int e = ibv_post_recv(qp, &wr, &bad);
+		sync_peer(1);
+		int r = e ? failf("ibv_post_recv with 2 SGEs: %s", strerror(e)) :
+			    expect_wc(E.ev_cq, &wc, 7, IBV_WC_RECV, "receive");
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc.byte_len == a + b, "byte_len %u, want %u", wc.byte_len, a + b);
+		uint8_t whole[1600];
+		memcpy(whole, da, ra);
+		memcpy(whole + ra, db, a + b - ra);
+		long i = check_pat(whole, a + b, 13);
+		CHECK(i < 0, "byte %ld of the message differs", i);
+		i = check_byte(db + (a + b - ra), rb - (a + b - ra) + 16, GUARD);
+		CHECK(i < 0, "the second SGE's byte %ld past the message was written", i + (long)(a + b - ra));
+		return 0;
+	}
+	uint8_t whole[1600];
+	fill(whole, a + b, 13);
+	memcpy(sa, whole, a);
+	memcpy(sb, whole + a, b);
+	sync_peer(1);
+	struct ibv_sge sge[2] = {{(uintptr_t)sa, a, E.buf_mr->lkey}, {(uintptr_t)sb, b, E.mm_mr->lkey}};
+	struct ibv_send_wr wr = {.wr_id = 8, .sg_list = sge, .num_sge = 2, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	int e = ibv_post_send(qp, &wr, &bad);
+	int r = e ? (snprintf(why, sizeof(why), "ibv_post_send with 2 SGEs: %s", strerror(e)), -1) :
+		    expect_wc(E.cq, &wc, 8, IBV_WC_SEND, "send");
+	sync_peer(1);
+	return r;
+}
+
+/*
+ * SEND_WITH_INV: a device that reports IBV_DEVICE_MEM_MGT_EXTENSIONS
+ * sends it; the receiver binds a type 2 memory window for the sender to
+ * invalidate, if its device has them. A device without the extensions
+ * refuses the request at ibv_post_send with EINVAL.
+ */
+/*
+ * SEND_WITH_INV. A client whose device reports
+ * IBV_DEVICE_MEM_MGT_EXTENSIONS sends it to invalidate a type 2 memory
+ * window that the server binds (when its device has them): a WRITE
+ * through the window works before, fails with IBV_WC_REM_ACCESS_ERR
+ * after. A device without the extensions refuses the request at
+ * ibv_post_send with EINVAL. It runs on a QP of its own, which it may
+ * leave in ERR.
+ */
+static int bind_window(struct ibv_qp *qp, struct ibv_mr **mr, struct ibv_mw **mw, uint32_t *rkey)
+{
+	*mr = ibv_reg_mr(E.pd, E.buf + MW_OFF, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	CHECK(*mr, "ibv_reg_mr with IBV_ACCESS_MW_BIND: %s", strerror(errno));
+	*mw = ibv_alloc_mw(E.pd, IBV_MW_TYPE_2);
+	CHECK(*mw, "ibv_alloc_mw(IBV_MW_TYPE_2): %s", strerror(errno));
+	struct ibv_send_wr wr = {.wr_id = 13, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.bind_mw.mw = *mw;
+	wr.bind_mw.rkey = ibv_inc_rkey((*mw)->rkey);
+	wr.bind_mw.bind_info.mr = *mr;
+	wr.bind_mw.bind_info.addr = (uintptr_t)(E.buf + MW_OFF);
+	wr.bind_mw.bind_info.length = 4096;
+	wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	int e = ibv_post_send(qp, &wr, &bad);
+	CHECK(e == 0, "ibv_post_send(IBV_WR_BIND_MW): %s", strerror(e));
+	struct ibv_wc wc;
+	if (expect_wc(E.cq, &wc, 13, IBV_WC_BIND_MW, "bind"))
+		return -1;
+	*rkey = wr.bind_mw.rkey;
+	return 0;
+}
+
+static int case_rc_send_inv(void)
+{
+	struct ibv_qp *qp = E.qp[Q_INV];
+	struct ibv_wc wc;
+	uint64_t ccaps = server ? E.peer.cap_flags : E.attr.device_cap_flags;
+	uint64_t scaps = server ? E.attr.device_cap_flags : E.peer.cap_flags;
+	int can_send = !!(ccaps & IBV_DEVICE_MEM_MGT_EXTENSIONS);
+	int has_mw = !!(scaps & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+	if (server) {
+		uint8_t *rb = E.mm + 40000;
+		memset(rb, GUARD, 64);
+		memset(E.buf + MW_OFF, GUARD, 64);
+		struct ibv_mw *mw = NULL;
+		struct ibv_mr *mr = NULL;
+		uint32_t rkey = 0;
+		int r = post_recv(qp, rb, 64, E.mm_mr->lkey, 11) ? failf("ibv_post_recv: %s", strerror(errno)) : 0;
+		if (r == 0 && can_send && has_mw)
+			r = bind_window(qp, &mr, &mw, &rkey);
+		uint32_t v = r == 0 ? rkey : 0;
+		sync_u32(&v);
+		uint8_t went = sync_peer(1); /* the client's requests are done */
+		if (r == 0 && went) {
+			r = expect_wc(E.ev_cq, &wc, 11, IBV_WC_RECV, "receive");
+			/*
+			 * rdma_rxe's user CQs carry the kernel's flag values, where
+			 * IB_WC_WITH_INVALIDATE is 1 << 2 (IBV_WC_IP_CSUM_OK's bit).
+			 */
+			int inv = wc.wc_flags & IBV_WC_WITH_INV, kinv = !inv && (wc.wc_flags & (1 << 2));
+			if (r == 0 && rkey)
+				r = (inv || kinv) && wc.invalidated_rkey == rkey && wc.byte_len == 16 ? 0 :
+				    failf("receive: flags %#x invalidated_rkey %#x byte_len %u; "
+					  "want IBV_WC_WITH_INV, %#x, 16",
+					  wc.wc_flags, wc.invalidated_rkey, wc.byte_len, rkey);
+			if (r == 0 && kinv)
+				snprintf(note, sizeof(note),
+					 "invalidation flagged with the kernel's IB_WC_WITH_INVALIDATE (1 << 2)");
+			if (r == 0 && rkey) {
+				long i = check_pat(E.buf + MW_OFF, 16, 17);
+				r = i < 0 ? 0 : failf("byte %ld written through the window differs", i);
+			}
+			if (r == 0 && !rkey)
+				snprintf(note, sizeof(note), "the client's request was sent");
+		} else if (r == 0) {
+			snprintf(note, sizeof(note), "%s",
+				 can_send ? "no type 2 memory windows here: not run" :
+					    "the client's device has no memory management extensions");
+		}
+		if (mw && ibv_dealloc_mw(mw) && r == 0)
+			r = failf("ibv_dealloc_mw: %s", strerror(errno));
+		if (mr && ibv_dereg_mr(mr) && r == 0)
+			r = failf("ibv_dereg_mr: %s", strerror(errno));
+		return r;
+	}
+	uint32_t rkey = 0;
+	sync_u32(&rkey);
+	if (!can_send) {
+		struct ibv_sge sge = {.addr = (uintptr_t)E.buf, .length = 16, .lkey = E.buf_mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+					 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = E.peer.ro_rkey};
+		struct ibv_send_wr *bad = NULL;
+		int e = ibv_post_send(qp, &wr, &bad);
+		int done = e == 0 && poll_one(E.cq, &wc, "send with invalidate") == 0;
+		sync_peer(e == 0);
+		CHECK(e == EINVAL && bad == &wr, "no IBV_DEVICE_MEM_MGT_EXTENSIONS, yet ibv_post_send(SEND_WITH_INV) "
+		      "returned %s%s, want EINVAL", strerror(e), done ? " and it completed" : "");
+		snprintf(note, sizeof(note), "no IBV_DEVICE_MEM_MGT_EXTENSIONS: refused with EINVAL");
+		return 0;
+	}
+	if (!rkey) {
+		sync_peer(0);
+		snprintf(note, sizeof(note), "the server has no type 2 memory windows: not run");
+		return 0;
+	}
+	uint64_t mw_addr = E.peer.buf_addr + MW_OFF;
+	fill(E.buf, 16, 17);
+	int r = post(qp, IBV_WR_RDMA_WRITE, E.buf, 16, E.buf_mr->lkey, 14, mw_addr, rkey) ?
+			failf("ibv_post_send(WRITE): %s", strerror(errno)) :
+			expect_wc(E.cq, &wc, 14, IBV_WC_RDMA_WRITE, "write through the window");
+	if (r == 0) {
+		struct ibv_sge sge = {.addr = (uintptr_t)E.buf, .length = 16, .lkey = E.buf_mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 15, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+					 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey}, *bad;
+		int e = ibv_post_send(qp, &wr, &bad);
+		r = e ? failf("ibv_post_send(SEND_WITH_INV): %s", strerror(e)) :
+			expect_wc(E.cq, &wc, 15, IBV_WC_SEND, "send with invalidate");
+	}
+	if (r == 0) {
+		int e = post(qp, IBV_WR_RDMA_WRITE, E.buf, 16, E.buf_mr->lkey, 16, mw_addr, rkey);
+		r = e ? failf("ibv_post_send(WRITE): %s", strerror(e)) :
+			poll_one(E.cq, &wc, "write after invalidation");
+		if (r == 0 && (wc.wr_id != 16 || wc.status != IBV_WC_REM_ACCESS_ERR))
+			r = failf("a WRITE through the invalidated window: wr_id %llu status %s, "
+				  "want remote access error",
+				  (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	}
+	sync_peer(1);
+	return r;
+}
+
+/* RDMA WRITE, WRITE_WITH_IMM and READ, client to server. */
+
+static int case_rc_write(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = 4 * E.mtu_bytes + 7, off = 100;
+	struct ibv_wc wc;
+	if (server) {
+		memset(E.mm, GUARD, off + len + 64);
+		sync_peer(1);
+		sync_peer(1);
+		long i = check_byte(E.mm, off, GUARD);
+		CHECK(i < 0, "byte %ld before the target was written", i);
+		i = check_pat(E.mm + off, len, 14);
+		CHECK(i < 0, "written byte %ld is %#x, want %#x", i, E.mm[off + i], pat(14, i));
+		i = check_byte(E.mm + off + len, 64, GUARD);
+		CHECK(i < 0, "byte %ld past the target was written", i);
+		return 0;
+	}
+	fill(E.buf, len, 14);
+	sync_peer(1);
+	int e = post(qp, IBV_WR_RDMA_WRITE, E.buf, len, E.buf_mr->lkey, 20, E.peer.mm_addr + off, E.peer.mm_rkey);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : expect_wc(E.cq, &wc, 20, IBV_WC_RDMA_WRITE, "write");
+	sync_peer(1);
+	if (r)
+		return r;
+	long i = check_pat(E.buf, len, 14);
+	CHECK(i < 0, "the source's byte %ld changed", i);
+	return 0;
+}
+
+static int case_rc_write_imm(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = 2 * E.mtu_bytes + 3, off = 1000, imm = 0xa1b2c3d4;
+	uint8_t *scratch = E.mm + 50000;
+	struct ibv_wc wc;
+	if (server) {
+		memset(E.buf + off - 16, GUARD, len + 32);
+		memset(scratch, GUARD, 64);
+		int e = post_recv(qp, scratch, 64, E.mm_mr->lkey, 21);
+		sync_peer(1);
+		int r = e ? failf("ibv_post_recv: %s", strerror(e)) :
+			    expect_wc(E.ev_cq, &wc, 21, IBV_WC_RECV_RDMA_WITH_IMM, "receive");
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc.byte_len == len && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(imm),
+		      "receive: byte_len %u (want %u) flags %#x imm_data %#x (want %#x in network order)", wc.byte_len,
+		      len, wc.wc_flags, be32toh(wc.imm_data), imm);
+		long i = check_pat(E.buf + off, len, 15);
+		CHECK(i < 0, "written byte %ld differs", i);
+		CHECK(check_byte(E.buf + off - 16, 16, GUARD) < 0 && check_byte(E.buf + off + len, 16, GUARD) < 0,
+		      "bytes around the target were written");
+		i = check_byte(scratch, 64, GUARD);
+		CHECK(i < 0, "the receive's buffer was written (byte %ld)", i);
+		return 0;
+	}
+	fill(E.mm, len, 15);
+	sync_peer(1);
+	struct ibv_sge sge = {.addr = (uintptr_t)E.mm, .length = len, .lkey = E.mm_mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 22, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(imm)}, *bad;
+	wr.wr.rdma.remote_addr = E.peer.buf_addr + off;
+	wr.wr.rdma.rkey = E.peer.buf_rkey;
+	int e = ibv_post_send(qp, &wr, &bad);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) :
+		    expect_wc(E.cq, &wc, 22, IBV_WC_RDMA_WRITE, "write with immediate");
+	sync_peer(1);
+	return r;
+}
+
+/*
+ * A list of WRITEs in one ibv_post_send, only the last signaled: one
+ * completion, and every write done. A list with a bad request (too many
+ * SGEs) is posted up to it; *bad_wr names it.
+ */
+static int case_rc_write_list(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	const uint32_t len = 700, n = 4;
+	struct ibv_wc wc;
+	if (server) {
+		memset(E.mm + 20000, GUARD, 8 * 1024);
+		sync_peer(1);
+		sync_peer(1);
+		for (uint32_t k = 0; k < n + 1; k++) {
+			long i = check_pat(E.mm + 20000 + 1024 * k, len, 60 + k);
+			CHECK(i < 0, "write %u of the list: byte %ld differs", k, i);
+		}
+		long i = check_byte(E.mm + 20000 + 1024 * (n + 1), 1024, GUARD);
+		CHECK(i < 0, "the request after the bad one was done (byte %ld)", i);
+		return 0;
+	}
+	struct ibv_sge sge[6];
+	struct ibv_send_wr wr[6], *bad = NULL;
+	memset(wr, 0, sizeof(wr));
+	for (uint32_t k = 0; k < 6; k++) {
+		fill(E.buf + 1024 * k, len, 60 + k);
+		sge[k] = (struct ibv_sge){.addr = (uintptr_t)(E.buf + 1024 * k), .length = len, .lkey = E.buf_mr->lkey};
+		wr[k].wr_id = 80 + k;
+		wr[k].sg_list = &sge[k];
+		wr[k].num_sge = 1;
+		wr[k].opcode = IBV_WR_RDMA_WRITE;
+		wr[k].wr.rdma.remote_addr = E.peer.mm_addr + 20000 + 1024 * k;
+		wr[k].wr.rdma.rkey = E.peer.mm_rkey;
+		wr[k].next = k < 5 ? &wr[k + 1] : NULL;
+	}
+	struct ibv_sge *many = calloc(main_cap.max_send_sge + 1, sizeof(*many));
+	sync_peer(1);
+	wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+	wr[n - 1].next = NULL;
+	int e = ibv_post_send(qp, wr, &bad);
+	int r = e ? failf("ibv_post_send of %u: %s", n, strerror(e)) :
+		    expect_wc(E.cq, &wc, 80 + n - 1, IBV_WC_RDMA_WRITE, "the signaled write");
+	if (r == 0)
+		r = poll_none(E.cq, 10, "after the signaled write");
+	/* A list whose second request has more SGEs than the QP takes. */
+	if (r == 0 && !many)
+		r = failf("calloc");
+	for (uint32_t k = 0; many && k <= main_cap.max_send_sge; k++)
+		many[k] = sge[n + 1];
+	wr[n].send_flags = wr[n + 1].send_flags = IBV_SEND_SIGNALED;
+	wr[n + 1].sg_list = many;
+	wr[n + 1].num_sge = (int)main_cap.max_send_sge + 1;
+	if (r == 0) {
+		e = ibv_post_send(qp, &wr[n], &bad);
+		if (e != EINVAL || bad != &wr[n + 1])
+			r = failf("a list whose second request has %d SGEs (max_send_sge %u): %s, bad_wr %s",
+				  wr[n + 1].num_sge, main_cap.max_send_sge, strerror(e),
+				  bad == &wr[n + 1] ? "the second" : "not the second");
+	}
+	free(many);
+	if (r == 0)
+		r = expect_wc(E.cq, &wc, 80 + n, IBV_WC_RDMA_WRITE, "the write before the bad request");
+	if (r == 0)
+		r = poll_none(E.cq, 10, "after the list");
+	sync_peer(1);
+	return r;
+}
+
+/* The region registered with ibv_reg_mr_iova2: peers address it by its I/O virtual address. */
+static int case_rc_write_iova(void)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = 1000, off = 200;
+	struct ibv_wc wc;
+	if (server) {
+		fill(E.ibuf, IOVA_LEN, 5);
+		sync_peer(1);
+		sync_peer(1);
+		long i = check_pat(E.ibuf, off, 5);
+		CHECK(i < 0, "byte %ld before the target changed", i);
+		i = check_pat(E.ibuf + off, len, 18);
+		CHECK(i < 0, "byte %ld written at iova %#llx + %u differs", i, (unsigned long long)IOVA_BASE, off);
+		i = check_pat_at(E.ibuf + off + len, IOVA_LEN - off - len, 5, off + len);
+		CHECK(i < 0, "byte %ld past the target changed", i);
+		return 0;
+	}
+	fill(E.buf, len, 18);
+	sync_peer(1);
+	int e = post(qp, IBV_WR_RDMA_WRITE, E.buf, len, E.buf_mr->lkey, 23, E.peer.iova + off, E.peer.iova_rkey);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : expect_wc(E.cq, &wc, 23, IBV_WC_RDMA_WRITE, "write");
+	sync_peer(1);
+	return r;
+}
+
+static int case_rc_read(int iova)
+{
+	struct ibv_qp *qp = E.qp[Q_MAIN];
+	uint32_t len = iova ? 512 : 3 * E.mtu_bytes + 13;
+	uint32_t off = 4096;
+	uint8_t *dst = E.buf + 8192;
+	struct ibv_wc wc;
+	if (server) {
+		if (!iova)
+			fill(E.mm + off, len, 16);
+		sync_peer(1);
+		sync_peer(1);
+		long i = iova ? check_pat_at(E.ibuf + off, len, 5, off) : check_pat(E.mm + off, len, 16);
+		CHECK(i < 0, "byte %ld of the region read changed", i);
+		return 0;
+	}
+	memset(dst, GUARD, len + 64);
+	sync_peer(1);
+	uint64_t raddr = iova ? E.peer.iova + off : E.peer.mm_addr + off;
+	uint32_t rkey = iova ? E.peer.iova_rkey : E.peer.mm_rkey;
+	int e = post(qp, IBV_WR_RDMA_READ, dst, len, E.buf_mr->lkey, 24, raddr, rkey);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : expect_wc(E.cq, &wc, 24, IBV_WC_RDMA_READ, "read");
+	sync_peer(1);
+	if (r)
+		return r;
+	CHECK(wc.byte_len == len, "read: byte_len %u, want %u", wc.byte_len, len);
+	long i = iova ? check_pat_at(dst, len, 5, off) : check_pat(dst, len, 16);
+	CHECK(i < 0, "byte %ld read is %#x", i, dst[i]);
+	i = check_byte(dst + len, 64, GUARD);
+	CHECK(i < 0, "byte %ld past the read's buffer was written", i);
+	return 0;
+}
+
+/* Atomics on a u64 of the server's malloc'ed buffer. */
+
+#define ATOM_INIT 0x1122334455667788ull
+#define ATOM_SWAP 0x0102030405060708ull
+#define ATOM_ADD 0x00000000fafbfcfdull /* carries into the upper half */
+#define ATOM_GUARD 0x5a5a5a5a5a5a5a5aull
+
+static int atomic(uint64_t wr_id, enum ibv_wr_opcode op, uint64_t compare_add, uint64_t swap, uint64_t *result)
+{
+	uint64_t *local = (uint64_t *)(E.buf + 104);
+	*local = ATOM_GUARD;
+	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = 8, .lkey = E.buf_mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.atomic.remote_addr = E.peer.buf_addr + ATOM_OFF;
+	wr.wr.atomic.rkey = E.peer.buf_rkey;
+	wr.wr.atomic.compare_add = compare_add;
+	wr.wr.atomic.swap = swap;
+	int e = ibv_post_send(E.qp[Q_MAIN], &wr, &bad);
+	if (e)
+		return failf("ibv_post_send: %s", strerror(e));
+	struct ibv_wc wc;
+	if (expect_wc(E.cq, &wc, wr_id, op == IBV_WR_ATOMIC_CMP_AND_SWP ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD,
+		      "atomic"))
+		return -1;
+	CHECK(wc.byte_len == 8, "atomic: byte_len %u, want 8", wc.byte_len);
+	*result = *local;
+	return 0;
+}
+
+static int case_rc_atomic(int fadd)
+{
+	uint64_t *target = (uint64_t *)(E.buf + ATOM_OFF);
+	if (E.attr.atomic_cap == IBV_ATOMIC_NONE || E.peer.atomic_cap == IBV_ATOMIC_NONE) {
+		snprintf(note, sizeof(note), "a device has no atomics: not run");
+		sync_peer(1);
+		sync_peer(1);
+		return 0;
+	}
+	if (server) {
+		if (!fadd)
+			target[0] = ATOM_INIT;
+		target[1] = target[-1] = ATOM_GUARD;
+		sync_peer(1);
+		sync_peer(1);
+		uint64_t want = fadd ? ATOM_SWAP + ATOM_ADD : ATOM_SWAP;
+		CHECK(target[0] == want, "the target holds %#llx, want %#llx", (unsigned long long)target[0],
+		      (unsigned long long)want);
+		CHECK(target[1] == ATOM_GUARD && target[-1] == ATOM_GUARD, "the words around the target changed");
+		return 0;
+	}
+	sync_peer(1);
+	uint64_t got = 0;
+	int r;
+	if (!fadd) {
+		r = atomic(30, IBV_WR_ATOMIC_CMP_AND_SWP, ATOM_INIT, ATOM_SWAP, &got);
+		if (r == 0 && got != ATOM_INIT)
+			r = failf("compare and swap returned %#llx, want the original %#llx", (unsigned long long)got,
+				  (unsigned long long)ATOM_INIT);
+		/* A compare that fails swaps nothing and returns what is there. */
+		if (r == 0)
+			r = atomic(31, IBV_WR_ATOMIC_CMP_AND_SWP, ATOM_INIT, 0xdeadbeefull, &got);
+		if (r == 0 && got != ATOM_SWAP)
+			r = failf("a failing compare and swap returned %#llx, want %#llx", (unsigned long long)got,
+				  (unsigned long long)ATOM_SWAP);
+	} else {
+		r = atomic(32, IBV_WR_ATOMIC_FETCH_AND_ADD, ATOM_ADD, 0, &got);
+		if (r == 0 && got != ATOM_SWAP)
+			r = failf("fetch and add returned %#llx, want %#llx", (unsigned long long)got,
+				  (unsigned long long)ATOM_SWAP);
+	}
+	sync_peer(1);
+	return r;
+}
+
+/* Receives through the SRQ, shared by two QPs. */
+
+static const uint32_t srq_len[4] = {64, 1500, 3000, 4000};
+
+static int case_srq(void)
+{
+	struct ibv_wc wc;
+	if (server) {
+		int e = 0;
+		for (int k = 0; k < 4 && !e; k++) {
+			memset(E.mm + 4096 * k, GUARD, 4096);
+			e = post_srq(E.srq, E.mm + 4096 * k, 4096, E.mm_mr->lkey, 40 + k);
+		}
+		sync_peer(1);
+		int seen = 0, r = e ? failf("ibv_post_srq_recv: %s", strerror(e)) : 0;
+		for (int n = 0; n < 4 && r == 0; n++) {
+			r = poll_one(E.srq_cq, &wc, "receive through the SRQ");
+			if (r)
+				break;
+			char b[160];
+			int k = (int)wc.wr_id - 40, idx = -1;
+			for (int j = 0; j < 4; j++)
+				if (wc.byte_len == srq_len[j])
+					idx = j;
+			if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || k < 0 || k > 3 ||
+			    (seen & (1 << k)) || idx < 0) {
+				r = failf("completion %d: %s", n, wc_str(&wc, b, sizeof(b)));
+				break;
+			}
+			seen |= 1 << k;
+			uint32_t want_qp = E.qp[idx < 2 ? Q_SRQ0 : Q_SRQ1]->qp_num;
+			if (wc.qp_num != want_qp) {
+				r = failf("message %d came on qp %#x, want %#x", idx, wc.qp_num, want_qp);
+				break;
+			}
+			long i = check_pat(E.mm + 4096 * k, srq_len[idx], 20 + idx);
+			if (i >= 0)
+				r = failf("message %d in receive %d: byte %ld differs", idx, k, i);
+		}
+		if (r == 0)
+			r = poll_none(E.srq_cq, 10, "after four receives");
+		sync_peer(1);
+		return r;
+	}
+	for (int idx = 0; idx < 4; idx++)
+		fill(E.buf + 4096 * idx, srq_len[idx], 20 + idx);
+	sync_peer(1);
+	int r = 0;
+	for (int idx = 0; idx < 4 && r == 0; idx++) {
+		int e = post(E.qp[idx < 2 ? Q_SRQ0 : Q_SRQ1], IBV_WR_SEND, E.buf + 4096 * idx, srq_len[idx],
+			     E.buf_mr->lkey, 44 + idx, 0, 0);
+		if (e)
+			r = failf("ibv_post_send: %s", strerror(e));
+	}
+	for (int idx = 0; idx < 4 && r == 0; idx++) {
+		r = poll_one(E.srq_cq, &wc, "send");
+		if (r == 0 && (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_SEND)) {
+			char b[160];
+			r = failf("send: %s", wc_str(&wc, b, sizeof(b)));
+		}
+	}
+	sync_peer(1);
+	return r;
+}
+
+/* UD: datagrams through address handles, the GRH in front of the data. */
+
+static int check_grh(const uint8_t *b, const union ibv_gid *src, const union ibv_gid *dst)
+{
+	char s1[64], s2[64];
+	if (gid_is_v4(src)) {
+		/* RoCE v2 over IPv4: the IPv4 header fills the GRH's last 20 bytes. */
+		struct iphdr ip;
+		memcpy(&ip, b + 20, sizeof(ip));
+		CHECK(ip.version == 4 && ip.ihl == 5 && ip.protocol == IPPROTO_UDP,
+		      "the GRH does not hold an IPv4 header (version %d ihl %d protocol %d)", ip.version, ip.ihl,
+		      ip.protocol);
+		CHECK(memcmp(&ip.saddr, src->raw + 12, 4) == 0 && memcmp(&ip.daddr, dst->raw + 12, 4) == 0,
+		      "the GRH's IPv4 addresses are not %s -> %s", gid_str(src, s1, sizeof(s1)),
+		      gid_str(dst, s2, sizeof(s2)));
+		return 0;
+	}
+	struct ibv_grh g;
+	memcpy(&g, b, sizeof(g));
+	CHECK(memcmp(&g.sgid, src, 16) == 0 && memcmp(&g.dgid, dst, 16) == 0 && g.next_hdr == IPPROTO_UDP,
+	      "the GRH is not %s -> %s", gid_str(src, s1, sizeof(s1)), gid_str(dst, s2, sizeof(s2)));
+	return 0;
+}
+
+static int ud_send(struct ibv_ah *ah, uint32_t qpn, uint32_t qkey, void *addr, uint32_t len, uint64_t wr_id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = E.buf_mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = qkey;
+	int e = ibv_post_send(E.ud, &wr, &bad);
+	if (e)
+		return failf("ibv_post_send (UD): %s", strerror(e));
+	struct ibv_wc wc;
+	return expect_wc(E.ud_cq, &wc, wr_id, IBV_WC_SEND, "UD send");
+}
+
+static int ud_recv_check(struct ibv_wc *wc, uint64_t wr_id, const uint8_t *b, uint32_t len, unsigned seed)
+{
+	char s[160];
+	if (poll_one(E.ud_cq, wc, "datagram"))
+		return -1;
+	CHECK(wc->status == IBV_WC_SUCCESS && wc->opcode == IBV_WC_RECV && wc->wr_id == wr_id,
+	      "datagram: %s; want wr_id %llu", wc_str(wc, s, sizeof(s)), (unsigned long long)wr_id);
+	CHECK(wc->byte_len == 40 + len && (wc->wc_flags & IBV_WC_GRH) && wc->src_qp == E.peer.ud_qpn &&
+		      wc->qp_num == E.ud->qp_num,
+	      "datagram: byte_len %u (want 40 + %u) flags %#x (want IBV_WC_GRH) src_qp %#x (want %#x) qp %#x",
+	      wc->byte_len, len, wc->wc_flags, wc->src_qp, (unsigned)E.peer.ud_qpn, wc->qp_num);
+	long i = check_pat(b + 40, len, seed);
+	if (i >= 0 && check_pat(b + 40, len, 30) < 0)
+		return failf("the datagram sent with the wrong Q_Key was delivered");
+	CHECK(i < 0, "datagram byte %ld differs", i);
+	return check_grh(b, &E.peer_gid, &E.gid);
+}
+
+static int case_ud(void)
+{
+	uint32_t len = E.mtu_bytes; /* a full path MTU of payload */
+	uint8_t *rb = E.buf + 16384; /* two 8 KiB receive buffers */
+	struct ibv_wc wc;
+	int r = 0;
+	if (server) {
+		memset(rb, GUARD, 2 * 8192);
+		int e = post_recv(E.ud, rb, 40 + len, E.buf_mr->lkey, 50);
+		if (!e)
+			e = post_recv(E.ud, rb + 8192, 40 + len, E.buf_mr->lkey, 51);
+		sync_peer(1);
+		sync_peer(1); /* the client sent both datagrams */
+		r = e ? failf("ibv_post_recv (UD): %s", strerror(e)) : ud_recv_check(&wc, 50, rb, len, 31);
+		if (r == 0)
+			r = poll_none(E.ud_cq, 50, "after the datagram");
+		struct ibv_ah_attr aa;
+		if (r == 0 && ibv_init_ah_from_wc(E.ctx, 1, &wc, (struct ibv_grh *)rb, &aa))
+			r = failf("ibv_init_ah_from_wc: %s", strerror(errno));
+		if (r == 0 && (!aa.is_global || memcmp(&aa.grh.dgid, &E.peer_gid, 16) || aa.grh.sgid_index != E.gidx ||
+			       aa.port_num != 1))
+			r = failf("ibv_init_ah_from_wc: is_global %d sgid_index %d port %d, or not the sender's GID",
+				  aa.is_global, aa.grh.sgid_index, aa.port_num);
+		if (r == 0 && !(E.reply_ah = ibv_create_ah_from_wc(E.pd, &wc, (struct ibv_grh *)rb, 1)))
+			r = failf("ibv_create_ah_from_wc: %s", strerror(errno));
+		uint8_t *sb = E.buf + 49152;
+		fill(sb, len / 2, 32);
+		if (r == 0)
+			r = ud_send(E.reply_ah, wc.src_qp, QKEY, sb, len / 2, 52);
+		sync_peer(1);
+		return r;
+	}
+	memset(rb, GUARD, 8192);
+	int e = post_recv(E.ud, rb, 40 + len, E.buf_mr->lkey, 53);
+	uint8_t *a = E.buf + 32768, *b = E.buf + 40960 + 4096;
+	fill(a, len, 30);
+	fill(b, len, 31);
+	sync_peer(1);
+	if (e)
+		r = failf("ibv_post_recv (UD): %s", strerror(e));
+	/* The first with a Q_Key the server's QP does not have: it is dropped. */
+	if (r == 0)
+		r = ud_send(E.ah, E.peer.ud_qpn, WRONG_QKEY, a, len, 54);
+	if (r == 0)
+		r = ud_send(E.ah, E.peer.ud_qpn, QKEY, b, len, 55);
+	sync_peer(1);
+	sync_peer(1); /* the server replied */
+	if (r == 0)
+		r = ud_recv_check(&wc, 53, rb, len / 2, 32);
+	return r;
+}
+
+/* Error completions. */
+
+/*
+ * A request the responder must refuse: a WRITE with an R_Key it does
+ * not know, a WRITE to memory registered without remote write, a READ
+ * past a region's end. Each QP ends in ERR.
+ */
+static int case_rc_remote_error(int qi)
+{
+	struct ibv_qp *qp = E.qp[qi];
+	struct ibv_wc wc;
+	if (server) {
+		sync_peer(1);
+		sync_peer(1);
+		if (qi == Q_NO_WRITE) {
+			long i = check_pat(E.ro, RO_LEN, 2);
+			CHECK(i < 0, "byte %ld of the region without remote write changed", i);
+		}
+		return 0;
+	}
+	uint64_t raddr;
+	uint32_t rkey;
+	enum ibv_wr_opcode op = IBV_WR_RDMA_WRITE;
+	if (qi == Q_BAD_RKEY) {
+		raddr = E.peer.buf_addr;
+		rkey = (uint32_t)E.peer.buf_rkey + 0x1000;
+		while (rkey == E.peer.buf_rkey || rkey == E.peer.mm_rkey || rkey == E.peer.iova_rkey ||
+		       rkey == E.peer.ro_rkey)
+			rkey += 0x1000;
+	} else if (qi == Q_NO_WRITE) {
+		raddr = E.peer.ro_addr;
+		rkey = E.peer.ro_rkey;
+	} else {
+		raddr = E.peer.buf_addr + BUF_LEN - 32;
+		rkey = E.peer.buf_rkey;
+		op = IBV_WR_RDMA_READ;
+	}
+	fill(E.mm + 60000, 64, 40);
+	sync_peer(1);
+	int e = post(qp, op, E.mm + 60000, 64, E.mm_mr->lkey, 60 + qi, raddr, rkey);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : poll_one(E.err_cq, &wc, "the refused request");
+	sync_peer(1);
+	if (r)
+		return r;
+	char b[160];
+	CHECK(wc.wr_id == (uint64_t)(60 + qi) && wc.status == IBV_WC_REM_ACCESS_ERR, "%s; want status %s",
+	      wc_str(&wc, b, sizeof(b)), ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	CHECK(qp_state(qp) == IBV_QPS_ERR, "the QP's state is %d, want ERR", qp_state(qp));
+	return 0;
+}
+
+/* A SEND to a QP with no receive posted, with rnr_retry 1: IBV_WC_RNR_RETRY_EXC_ERR. */
+static int case_rc_rnr(void)
+{
+	struct ibv_qp *qp = E.qp[Q_RNR];
+	struct ibv_wc wc;
+	if (server) {
+		sync_peer(1);
+		sync_peer(1);
+		return 0;
+	}
+	fill(E.buf, 64, 41);
+	sync_peer(1);
+	int e = post(qp, IBV_WR_SEND, E.buf, 64, E.buf_mr->lkey, 70, 0, 0);
+	int r = e ? failf("ibv_post_send: %s", strerror(e)) : poll_one(E.err_cq, &wc, "the send");
+	sync_peer(1);
+	if (r)
+		return r;
+	char b[160];
+	CHECK(wc.wr_id == 70 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR, "%s; want status %s", wc_str(&wc, b, sizeof(b)),
+	      ibv_wc_status_str(IBV_WC_RNR_RETRY_EXC_ERR));
+	CHECK(qp_state(qp) == IBV_QPS_ERR, "the QP's state is %d, want ERR", qp_state(qp));
+	return 0;
+}
+
+static int case_wc_status_str(void)
+{
+	static const struct {
+		enum ibv_wc_status s;
+		const char *text;
+	} known[] = {
+		{IBV_WC_SUCCESS, "success"},
+		{IBV_WC_LOC_PROT_ERR, "local protection error"},
+		{IBV_WC_WR_FLUSH_ERR, "Work Request Flushed Error"},
+		{IBV_WC_REM_ACCESS_ERR, "remote access error"},
+		{IBV_WC_RETRY_EXC_ERR, "transport retry counter exceeded"},
+		{IBV_WC_RNR_RETRY_EXC_ERR, "RNR retry counter exceeded"},
+	};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		const char *s = ibv_wc_status_str(known[i].s);
+		CHECK(s && strcmp(s, known[i].text) == 0, "ibv_wc_status_str(%d) = \"%s\", want \"%s\"", known[i].s,
+		      s ? s : "(null)", known[i].text);
+	}
+	for (int a = IBV_WC_SUCCESS; a <= IBV_WC_GENERAL_ERR; a++) {
+		const char *s = ibv_wc_status_str(a);
+		CHECK(s && *s, "ibv_wc_status_str(%d) is empty", a);
+		for (int b = IBV_WC_SUCCESS; b < a; b++)
+			CHECK(strcmp(s, ibv_wc_status_str(b)) != 0, "statuses %d and %d share the text \"%s\"", b, a,
+			      s);
+	}
+	const char *s = ibv_wc_status_str((enum ibv_wc_status)1000);
+	CHECK(s && *s, "ibv_wc_status_str(1000): nothing");
+	return 0;
+}
+
+/* Teardown. */
+
+static int case_destroy_busy(void)
+{
+	int e = ibv_dealloc_pd(E.pd);
+	CHECK(e == EBUSY, "ibv_dealloc_pd of a PD with QPs, an SRQ, AHs and MRs: %s, want EBUSY", strerror(e));
+	e = ibv_destroy_cq(E.cq);
+	CHECK(e == EBUSY, "ibv_destroy_cq of a QP's CQ: %s, want EBUSY", strerror(e));
+	e = ibv_destroy_srq(E.srq);
+	CHECK(e == EBUSY, "ibv_destroy_srq of an SRQ with QPs: %s, want EBUSY", strerror(e));
+	e = ibv_destroy_comp_channel(E.ch);
+	CHECK(e == EBUSY, "ibv_destroy_comp_channel of a channel with a CQ: %s, want EBUSY", strerror(e));
+	return 0;
+}
+
+static int case_destroy(void)
+{
+	int e;
+	if (E.ah)
+		CHECK((e = ibv_destroy_ah(E.ah)) == 0, "ibv_destroy_ah: %s", strerror(e));
+	if (E.reply_ah)
+		CHECK((e = ibv_destroy_ah(E.reply_ah)) == 0, "ibv_destroy_ah (from a completion): %s", strerror(e));
+	for (int i = 0; i < NQP; i++)
+		CHECK((e = ibv_destroy_qp(E.qp[i])) == 0, "ibv_destroy_qp %d: %s", i, strerror(e));
+	CHECK((e = ibv_destroy_qp(E.ud)) == 0, "ibv_destroy_qp (UD): %s", strerror(e));
+	e = ibv_dealloc_pd(E.pd);
+	CHECK(e == EBUSY, "ibv_dealloc_pd of a PD with an SRQ and MRs: %s, want EBUSY", strerror(e));
+	CHECK((e = ibv_destroy_srq(E.srq)) == 0, "ibv_destroy_srq: %s", strerror(e));
+	struct ibv_cq *cqs[] = {E.cq, E.ev_cq, E.srq_cq, E.err_cq, E.ud_cq, E.local_cq};
+	for (size_t i = 0; i < sizeof(cqs) / sizeof(cqs[0]); i++)
+		CHECK((e = ibv_destroy_cq(cqs[i])) == 0, "ibv_destroy_cq %zu: %s", i, strerror(e));
+	CHECK((e = ibv_destroy_comp_channel(E.ch)) == 0, "ibv_destroy_comp_channel: %s", strerror(e));
+	e = ibv_dealloc_pd(E.pd);
+	CHECK(e == EBUSY, "ibv_dealloc_pd of a PD with MRs: %s, want EBUSY", strerror(e));
+	/* Deregistered memory is the program's again, with its bytes. */
+	uint8_t *copy = malloc(BUF_LEN);
+	CHECK(copy, "malloc");
+	memcpy(copy, E.mm, BUF_LEN);
+	struct ibv_mr *mrs[] = {E.buf_mr, E.mm_mr, E.iova_mr, E.ro_mr};
+	for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
+		CHECK((e = ibv_dereg_mr(mrs[i])) == 0, "ibv_dereg_mr %zu: %s", i, strerror(e));
+	int same = memcmp(copy, E.mm, BUF_LEN) == 0;
+	free(copy);
+	CHECK(same, "the mapping's bytes changed when it was deregistered");
+	fill(E.mm, BUF_LEN, 50);
+	long i = check_pat(E.mm, BUF_LEN, 50);
+	CHECK(i < 0, "byte %ld of the deregistered mapping does not keep what was written", i);
+	CHECK(munmap(E.mm, BUF_LEN) == 0 && munmap(E.ibuf, IOVA_LEN) == 0, "munmap: %s", strerror(errno));
+	free(E.buf);
+	free(E.ro);
+	CHECK((e = ibv_dealloc_pd(E.pd)) == 0, "ibv_dealloc_pd: %s", strerror(e));
+	CHECK((e = ibv_close_device(E.ctx)) == 0, "ibv_close_device: %s", strerror(e));
+	ibv_free_device_list(E.list);
+	return 0;
+}
+
+/* -L: a transfer until the client is killed. */
+static void loop(void)
+{
+	if (server) {
+		printf("serving\n");
+		fflush(stdout);
+		char c;
+		while (read(oob, &c, 1) > 0)
+			;
+		printf("the client is gone\n");
+		exit(0);
+	}
+	uint32_t len = 32 << 10;
+	uint8_t *back = E.mm + len;
+	for (unsigned n = 0;; n++) {
+		struct ibv_wc wc;
+		fill(E.buf, len, n);
+		struct ibv_qp *qp = E.qp[Q_MAIN];
+		if (post(qp, IBV_WR_RDMA_WRITE, E.buf, len, E.buf_mr->lkey, 1, E.peer.mm_addr, E.peer.mm_rkey) ||
+		    expect_wc(E.cq, &wc, 1, IBV_WC_RDMA_WRITE, "write") ||
+		    post(qp, IBV_WR_RDMA_READ, back, len, E.mm_mr->lkey, 2, E.peer.mm_addr, E.peer.mm_rkey) ||
+		    expect_wc(E.cq, &wc, 2, IBV_WC_RDMA_READ, "read"))
+			die("loop %u: %s", n, why);
+		long i = check_pat(back, len, n);
+		if (i >= 0)
+			die("loop %u: byte %ld read back differs", n, i);
+		if (n == 0) {
+			printf("looping\n");
+			fflush(stdout);
+		}
+	}
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: %s [-d DEV] [-g GIDIDX] [-p PORT] [-m MTU] [-t SECONDS] [-L] [SERVER]\n", prog);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *dev = NULL, *port = "18600";
+	int gidx = -1, mtu = 0, looping = 0;
+	int c;
+	while ((c = getopt(argc, argv, "d:g:p:m:t:L")) != -1) {
+		switch (c) {
+		case 'd':
+			dev = optarg;
+			break;
+		case 'g':
+			gidx = atoi(optarg);
+			break;
+		case 'p':
+			port = optarg;
+			break;
+		case 'm':
+			mtu = atoi(optarg);
+			if (mtu != 256 && mtu != 512 && mtu != 1024 && mtu != 2048 && mtu != 4096)
+				usage();
+			break;
+		case 't':
+			timeout_ms = atoi(optarg) * 1000;
+			if (timeout_ms <= 0)
+				usage();
+			break;
+		case 'L':
+			looping = 1;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind < argc - 1)
+		usage();
+	const char *host = optind < argc ? argv[optind] : NULL;
+	server = host == NULL;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGALRM, watchdog);
+	alarm(WATCHDOG_SECONDS);
+	signal(SIGPIPE, SIG_IGN);
+	srand48(getpid() ^ time(NULL));
+
+	/* What needs no peer. A failure of the set-up ends the run. */
+#define SETUP(name, call)                  \
+	do {                               \
+		int r_ = (call);           \
+		report(name, r_);          \
+		if (r_)                    \
+			return 1;          \
+	} while (0)
+	SETUP("device_list", case_device_list(dev));
+	SETUP("open_device", case_open_device());
+	SETUP("query_device", case_query_device());
+	SETUP("query_port", case_query_port(mtu));
+	SETUP("query_gid", case_query_gid(gidx));
+	RUN("query_pkey", case_query_pkey());
+	SETUP("alloc_pd", case_alloc_pd());
+	SETUP("reg_mr_malloc", case_reg_mr_malloc());
+	SETUP("reg_mr_mmap", case_reg_mr_mmap());
+	SETUP("reg_mr_iova2", case_reg_mr_iova2());
+	RUN("reg_mr_bad_access", case_reg_mr_bad_access());
+	SETUP("create_cq", case_create_cq());
+	SETUP("create_srq", case_create_srq());
+	SETUP("create_qp", case_create_qp());
+	RUN("modify_qp_rules", case_modify_qp_rules());
+	RUN("flush", case_flush());
+	RUN("recv_queue_full", case_recv_queue_full());
+	RUN("wc_status_str", case_wc_status_str());
+
+	oob_connect(host, port);
+	struct info me = {0};
+	for (int i = 0; i < NQP; i++) {
+		E.psn[i] = lrand48() & 0xffffff;
+		me.qpn[i] = E.qp[i]->qp_num;
+		me.psn[i] = E.psn[i];
+	}
+	E.ud_psn = lrand48() & 0xffffff;
+	me.ud_qpn = E.ud->qp_num;
+	me.buf_addr = (uintptr_t)E.buf, me.buf_rkey = E.buf_mr->rkey;
+	me.mm_addr = (uintptr_t)E.mm, me.mm_rkey = E.mm_mr->rkey;
+	me.iova = IOVA_BASE, me.iova_rkey = E.iova_mr->rkey;
+	me.ro_addr = (uintptr_t)E.ro, me.ro_rkey = E.ro_mr->rkey;
+	me.cap_flags = E.attr.device_cap_flags;
+	me.atomic_cap = E.attr.atomic_cap;
+	me.lid = E.port.lid;
+	gid_to_info(&E.gid, &me);
+	exchange(&me, &E.peer);
+	gid_from_info(&E.peer, &E.peer_gid);
+
+	SETUP("rc_connect", case_rc_connect());
+	SETUP("ud_connect", case_ud_connect());
+	sync_peer(1);
+	if (looping)
+		loop();
+
+	RUN("rc_send", case_rc_send());
+	RUN("rc_send_imm", case_rc_send_imm(0));
+	RUN("rc_send_imm_zero", case_rc_send_imm(1));
+	RUN("rc_send_inline", case_rc_send_inline());
+	RUN("rc_send_sge", case_rc_send_sge());
+	RUN("rc_send_inv", case_rc_send_inv());
+	RUN("rc_write", case_rc_write());
+	RUN("rc_write_list", case_rc_write_list());
+	RUN("rc_write_imm", case_rc_write_imm());
+	RUN("rc_write_iova", case_rc_write_iova());
+	RUN("rc_read", case_rc_read(0));
+	RUN("rc_read_iova", case_rc_read(1));
+	RUN("rc_atomic_cas", case_rc_atomic(0));
+	RUN("rc_atomic_fadd", case_rc_atomic(1));
+	RUN("srq", case_srq());
+	RUN("ud", case_ud());
+	RUN("rc_bad_rkey", case_rc_remote_error(Q_BAD_RKEY));
+	RUN("rc_no_remote_write", case_rc_remote_error(Q_NO_WRITE));
+	RUN("rc_read_out_of_bounds", case_rc_remote_error(Q_BOUNDS));
+	RUN("rc_rnr_retry_exc", case_rc_rnr());
+	sync_peer(1);
+	RUN("destroy_busy", case_destroy_busy());
+	RUN("destroy", case_destroy());
+	uint8_t peer_ok = sync_peer(failures == 0);
+	printf("done: %d failed here, %s on the peer\n", failures, peer_ok ? "none" : "some");
+	return failures ? 1 : 0;
+}
