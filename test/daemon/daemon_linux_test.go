@@ -29,6 +29,13 @@ import (
 
 var uroceBin string
 
+// haveLib says whether uroce's verbs libraries were built beside
+// uroceBin, and libErr why not.
+var (
+	haveLib bool
+	libErr  = "uroce's verbs libraries were not built"
+)
+
 func TestMain(m *testing.M) {
 	code := func() int {
 		flag.Parse()
@@ -37,6 +44,7 @@ func TestMain(m *testing.M) {
 		}
 		if bin := os.Getenv("UROCE_DAEMON_BIN"); bin != "" {
 			uroceBin = bin
+			haveLib = os.Getenv("UROCE_LIBDIR") != ""
 			return m.Run()
 		}
 		dir, err := os.MkdirTemp("", "uroce-daemon-test-")
@@ -52,6 +60,14 @@ func TestMain(m *testing.M) {
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building uroce:", err)
 			return 1
+		}
+		// uroce's verbs libraries, in lib/uroce beside the binary where
+		// `uroce run` finds them; the tests of stock programs skip
+		// without them.
+		if out, err := exec.Command("../../libverbs/build.sh", filepath.Join(dir, "lib", "uroce")).CombinedOutput(); err != nil {
+			libErr = fmt.Sprintf("building uroce's verbs libraries: %v\n%s", err, out)
+		} else {
+			haveLib = true
 		}
 		return m.Run()
 	}()

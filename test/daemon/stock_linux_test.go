@@ -1,0 +1,124 @@
+package daemon_test
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The stock programs of Debian's ibverbs-utils and perftest, unmodified,
+// on both ends of the veth pair, each end through its own daemon and
+// uroce's libibverbs (`uroce run`), as user nobody.
+
+// stockTool runs PROGRAM ARGS on daemon i through `uroce run`.
+func (n *net2) stockTool(i int, args ...string) *run {
+	return n.launch(i, append([]string{"run", "--socket", n.socket[i], "--"}, args...)...)
+}
+
+// stockPair runs a stock server on end 0 and its client on end 1, the
+// client again while the server does not listen yet, and returns both.
+func (n *net2) stockPair(t *testing.T, args ...string) (srv, cli *run) {
+	t.Helper()
+	srv = n.stockTool(0, args...)
+	for tries := 0; ; tries++ {
+		time.Sleep(200 * time.Millisecond)
+		cli = n.stockTool(1, append(append([]string{}, args...), n.ip[0].String())...)
+		err := cli.wait(t, 2*time.Minute)
+		if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
+			if err != nil {
+				t.Errorf("%v: %v\n%s", args, err, cli.out.String())
+			}
+			break
+		}
+	}
+	if err := srv.wait(t, time.Minute); err != nil {
+		t.Errorf("%v (server): %v\n%s", args, err, srv.out.String())
+	}
+	return srv, cli
+}
+
+var (
+	ppResultRE   = regexp.MustCompile(`(?m)^(\d+) bytes in \d+\.\d\d seconds = \S+ Mbit/sec\n(\d+) iters in`)
+	perfResultRE = regexp.MustCompile(`(?m)^ #bytes .*\n +(\d+) +(\d+) +\S+`)
+)
+
+// TestStockTools runs every pingpong (with and without completion
+// events) and the perftest tools between two daemons, at path MTU 1024
+// and 4096, and checks what both ends report.
+func TestStockTools(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	for _, mtu := range []int{1500, 9000} {
+		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) {
+			n := newNet(t, mtu)
+			m := "1024"
+			if mtu == 9000 {
+				m = "4096"
+			}
+			pp := [][]string{
+				{"ibv_rc_pingpong", "-n", "200", "-s", "4096"},
+				{"ibv_rc_pingpong", "-e", "-n", "100", "-s", "10000"},
+				{"ibv_uc_pingpong", "-n", "200", "-s", "4097"},
+				{"ibv_ud_pingpong", "-n", "200", "-s", m},
+				{"ibv_ud_pingpong", "-e", "-n", "100", "-s", "1"},
+				{"ibv_srq_pingpong", "-n", "100", "-s", "64", "-q", "4"},
+				{"ibv_srq_pingpong", "-e", "-n", "50", "-s", "2000", "-q", "2"},
+			}
+			for _, args := range pp {
+				args := append([]string{args[0], "-d", "uroce0", "-g", "1", "-c", "-m", m}, args[1:]...)
+				if args[0] == "ibv_ud_pingpong" { // no -m: the UD path MTU is the port's
+					args = append(args[:6], args[8:]...)
+				}
+				srv, cli := n.stockPair(t, args...)
+				for _, r := range []*run{srv, cli} {
+					mm := ppResultRE.FindStringSubmatch(r.out.String())
+					iters := args[len(args)-1]
+					for i, a := range args {
+						if a == "-n" {
+							iters = args[i+1]
+						}
+					}
+					if mm == nil || mm[2] != iters {
+						t.Errorf("%v: no result of %s iterations:\n%s", args, iters, r.out.String())
+					}
+				}
+			}
+			perf := [][]string{
+				{"ib_write_bw", "-n", "2000", "-s", "65536"},
+				{"ib_write_bw", "-a", "-n", "50"},
+				{"ib_read_bw", "-n", "1000", "-s", "65536"},
+				{"ib_send_bw", "-n", "1000", "-s", "65536"},
+				{"ib_atomic_bw", "-n", "2000"},
+				{"ib_write_lat", "-n", "500", "-s", "64"},
+				{"ib_read_lat", "-n", "500", "-s", "64"},
+				{"ib_send_lat", "-n", "500", "-s", "64"},
+				{"ib_write_bw", "-n", "200", "-s", "1048576", "-q", "2"},
+			}
+			for _, args := range perf {
+				args := append([]string{args[0], "-d", "uroce0", "-x", "1", "-F", "-m", m}, args[1:]...)
+				_, cli := n.stockPair(t, args...)
+				if !perfResultRE.MatchString(cli.out.String()) {
+					t.Errorf("%v: no result line:\n%s", args, cli.out.String())
+				}
+			}
+			for i := range 2 {
+				st := n.stat(i)
+				for deadline := time.Now().Add(10 * time.Second); len(st.QPs) != 0 && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond) // the last programs' sessions end
+					st = n.stat(i)
+				}
+				if len(st.QPs) != 0 {
+					t.Errorf("daemon %d keeps %d QPs of programs that ended", i, len(st.QPs))
+				}
+				for _, c := range []string{"rcv_icrc_err", "rcv_malformed"} {
+					if v := st.Device.Counters[c]; v != 0 {
+						t.Errorf("daemon %d: %s %d", i, c, v)
+					}
+				}
+			}
+		})
+	}
+}
