@@ -11,8 +11,10 @@ import (
 // BenchmarkVeth runs perftest-style tools in-process and through the
 // daemons on the same veth pair, in one run: first each tool opening the
 // interface itself, then the daemons started on the two ends and the same
-// tools on them with --daemon. Each figure is what the tool's client
-// prints; run it once:
+// tools on them with --daemon, then the stock perftest programs with the
+// same arguments through uroce's libibverbs (`uroce run`; when the
+// libraries were built). Each figure is what the tool's client prints;
+// run it once:
 //
 //	go test -run '^$' -bench Veth -benchtime 1x -v ./test/daemon
 func BenchmarkVeth(b *testing.B) {
@@ -27,7 +29,11 @@ func BenchmarkVeth(b *testing.B) {
 		{"write64B-rate", []string{"perf", "write", "-s", "64", "-n", "300000"}, "Mmsg/s"},
 		{"write64B-lat", []string{"perf", "write", "--lat", "-s", "64", "-n", "20000"}, "µs-typical"},
 	}
-	for _, path := range []string{"inprocess", "daemon"} {
+	paths := []string{"inprocess", "daemon"}
+	if haveLib {
+		paths = append(paths, "libibverbs")
+	}
+	for _, path := range paths {
 		if path == "daemon" {
 			n.start(0)
 			n.start(1)
@@ -38,11 +44,24 @@ func BenchmarkVeth(b *testing.B) {
 				srvArgs := append(append([]string{}, tl.args...), "-p", port)
 				cliArgs := append(append([]string{}, tl.args...), "-p", port, n.ip[0].String())
 				var srv, cli *run
-				if path == "daemon" {
+				switch {
+				case path == "libibverbs":
+					// perf write [--lat] → ib_write_bw / ib_write_lat -d uroce0
+					stock := func(args []string) []string {
+						prog, rest := "ib_write_bw", args[2:]
+						if rest[0] == "--lat" {
+							prog, rest = "ib_write_lat", rest[1:]
+						}
+						return append([]string{prog, "-d", "uroce0", "-x", "1", "-F"}, rest...)
+					}
+					srv = n.stockTool(0, stock(srvArgs)...)
+					time.Sleep(500 * time.Millisecond)
+					cli = n.stockTool(1, stock(cliArgs)...)
+				case path == "daemon":
 					srv = n.launch(0, append(srvArgs, daemonFlag(n, 0))...)
 					time.Sleep(300 * time.Millisecond)
 					cli = n.launch(1, append(cliArgs, daemonFlag(n, 1))...)
-				} else {
+				default:
 					srv = n.launchRoot(0, append(srvArgs, "-d", n.dev[0], "--xdp-mode", "generic")...)
 					time.Sleep(500 * time.Millisecond)
 					cli = n.launchRoot(1, append(cliArgs, "-d", n.dev[1], "--xdp-mode", "generic")...)
