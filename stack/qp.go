@@ -165,7 +165,20 @@ type QPInit struct {
 	// InfiniteRetry7 makes RetryCnt 7 mean "retry forever", as rdma_rxe
 	// does; by the IBTA (and by default) 7 means seven retries.
 	InfiniteRetry7 bool
+	// GSI makes the QP the device's general services QP: QPN 1, a UD QP,
+	// one per device, on which management datagrams (the connection
+	// manager's MADs) come and go with Q_Key GSIQKey. Its owner moves it
+	// to INIT with that Q_Key and P_Key index 0, then RTR and RTS, as any
+	// UD QP (IBTA vol 1, 13.5.1, and the kernel's ib_mad for QP1).
+	GSI bool
 }
+
+// GSIQPN and GSIQKey are the general services QP's number and Q_Key
+// (IBTA vol 1, 3.5.8 and 13.5.1).
+const (
+	GSIQPN  = 1
+	GSIQKey = 0x80010000
+)
 
 // QPAttr are QP attributes (ibv_qp_attr); Modify reads those the mask
 // names. AH is the address vector (AttrAV).
@@ -245,6 +258,8 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	switch {
 	case init.Type != RC && init.Type != UC && init.Type != UD:
 		return nil, fmt.Errorf("create qp: type %d: %w", init.Type, ErrInvalidArg)
+	case init.GSI && (init.Type != UD || init.SRQ != nil):
+		return nil, fmt.Errorf("create qp: qp1 is a UD qp without an srq: %w", ErrInvalidArg)
 	case init.MaxSendWR < 1 || init.MaxSendWR > lim.MaxQPWR:
 		return nil, fmt.Errorf("create qp: max_send_wr %d, want 1 to %d: %w", init.MaxSendWR, lim.MaxQPWR, ErrInvalidArg)
 	case init.SRQ == nil && (init.MaxRecvWR < 1 || init.MaxRecvWR > lim.MaxQPWR):

@@ -14,6 +14,7 @@ const firstQPN = 0x11
 // qpTable maps QPNs to QPs. Engines look QPNs up per packet without
 // locking; creation and destruction take the mutex.
 type qpTable struct {
+	gsi   atomic.Pointer[QP] // QPN 1, outside the numbered slots
 	mu    sync.Mutex
 	slots atomic.Pointer[[]atomic.Pointer[QP]] // index qpn-firstQPN
 	free  fifo[uint32]                         // released indices, reused oldest first
@@ -24,10 +25,19 @@ type qpTable struct {
 
 func (t *qpTable) init(max int) { t.max = max }
 
-// add assigns q a QPN and publishes it.
+// add assigns q a QPN and publishes it: QPN 1 for the GSI QP, of which
+// there is one (ErrBusy while it lives).
 func (t *qpTable) add(q *QP) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if q.init.GSI {
+		if t.gsi.Load() != nil {
+			return fmt.Errorf("qp1: %w", ErrBusy)
+		}
+		q.qpn = GSIQPN
+		t.gsi.Store(q)
+		return nil
+	}
 	if t.live >= t.max {
 		return fmt.Errorf("%d qps: %w", t.max, ErrNoResources)
 	}
@@ -68,6 +78,10 @@ func (t *qpTable) add(q *QP) error {
 func (t *qpTable) remove(q *QP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if q.qpn == GSIQPN {
+		t.gsi.CompareAndSwap(q, nil)
+		return
+	}
 	idx := q.qpn - firstQPN
 	s := t.slots.Load()
 	if s == nil || int(idx) >= len(*s) || (*s)[idx].Load() != q {
@@ -80,6 +94,9 @@ func (t *qpTable) remove(q *QP) {
 
 // lookup returns the QP numbered qpn, or nil.
 func (t *qpTable) lookup(qpn uint32) *QP {
+	if qpn == GSIQPN {
+		return t.gsi.Load()
+	}
 	idx := qpn - firstQPN
 	s := t.slots.Load()
 	if s == nil || uint64(idx) >= uint64(len(*s)) {
@@ -90,6 +107,9 @@ func (t *qpTable) lookup(qpn uint32) *QP {
 
 // each calls f for every live QP.
 func (t *qpTable) each(f func(*QP)) {
+	if q := t.gsi.Load(); q != nil {
+		f(q)
+	}
 	s := t.slots.Load()
 	if s == nil {
 		return
