@@ -88,8 +88,12 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 	if err := c.prog.Attach(li.index, mode); err != nil {
 		switch {
 		case errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST):
-			return nil, &advice{fmt.Sprintf("%s already has an XDP program (another uroce, or another program: see 'ip link show %s'); uroce does not replace it",
-				name, name), []error{errnoOf(err)}}
+			who := "another uroce, or another program"
+			if now, lerr := c.nl.link(name); lerr == nil && now.xdpProg != 0 {
+				who = xdpHolder(now.xdpProg)
+			}
+			return nil, &advice{fmt.Sprintf("%s already has an XDP program (%s: see 'ip link show %s'); uroce does not replace it",
+				name, who, name), []error{errnoOf(err)}}
 		case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
 			return nil, &advice{"attaching the XDP program is not permitted: run uroce as root (or with CAP_NET_ADMIN)",
 				[]error{xdp.ErrPermission, errnoOf(err)}}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -271,4 +272,24 @@ func TestOpenNotRoot(t *testing.T) {
 		t.Fatalf("as nobody: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestInterfaceHeld: an interface that already has an XDP program is
+// refused, naming the program and the process that holds it (here, this
+// one: its first device on the interface).
+func TestInterfaceHeld(t *testing.T) {
+	p := vethPair(t, 1500)
+	openIn(t, p.A, stack.Config{Interface: p.DevA})
+	_, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA})
+	if err == nil {
+		t.Fatal("a second device on the same interface opened")
+	}
+	comm, _ := os.ReadFile("/proc/self/comm")
+	want := fmt.Sprintf("held by pid %d (%s)", os.Getpid(), strings.TrimSpace(string(comm)))
+	if msg := err.Error(); !strings.Contains(msg, "already has an XDP program") || !strings.Contains(msg, want) ||
+		!strings.Contains(msg, "XDP program ") {
+		t.Errorf("error %q does not say %q", msg, want)
+	} else {
+		t.Log(msg)
+	}
 }

@@ -245,6 +245,7 @@ type linkInfo struct {
 	mac      []byte
 	mtu      int
 	rxQueues int
+	xdpProg  uint32 // the ID of the XDP program attached, 0 for none
 }
 
 // link looks the interface up by name.
@@ -272,6 +273,12 @@ func (r *rtnl) link(name string) (linkInfo, error) {
 					if len(d) >= 4 {
 						li.rxQueues = int(nlOrder.Uint32(d))
 					}
+				case unix.IFLA_XDP:
+					eachAttr(d, func(typ uint16, d []byte) {
+						if typ == unix.IFLA_XDP_PROG_ID && len(d) >= 4 {
+							li.xdpProg = nlOrder.Uint32(d)
+						}
+					})
 				}
 			})
 			return nil
