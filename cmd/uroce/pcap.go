@@ -17,12 +17,18 @@ func init() {
 const pcapUsage = `usage:
   uroce pcap decode [--json] FILE...
       one line (or JSON object) per RoCE packet: frame, addresses, ports,
-      opcode, PSN, dest QP, flags, extended headers, payload length, ICRC
+      opcode, PSN, dest QP, flags, extended headers, payload length, ICRC;
+      for a CM MAD on QP1 its message, transaction and communication IDs,
+      QPN, starting PSN, service ID (port space, port) and the rdma_cm
+      addresses (src=IP:port dst=IP:port, the port of dst from the
+      service ID)
   uroce pcap verify [--json] [--strict] [-q] FILE...
       check every RoCE packet (ICRC, lengths, pad, reserved bits, opcode,
-      headers) and each QP's flow (PSN gaps, retransmissions, duplicates,
-      NAKs, RNR NAKs, READ responses, MSN); the last line reads
-      "N packets, N roce, N icrc_ok, N icrc_bad, N malformed"
+      headers), each QP's flow (PSN gaps, retransmissions, duplicates,
+      NAKs, RNR NAKs, READ responses, MSN) and each RDMA CM exchange
+      (REQ, REP, RTU or REJ, DREQ, DREP; their IDs; the QPNs, starting
+      PSNs, transport and MTU of the traffic that follows); the last line
+      reads "N packets, N roce, N icrc_ok, N icrc_bad, N malformed"
 
 exit status: 0 when no ICRC or format error was found, 1 when one was
 (or a file is damaged; with --strict also on flow anomalies), 2 on bad

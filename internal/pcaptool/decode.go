@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/mad"
 )
 
 // Status says how far a RoCE frame could be decoded.
@@ -39,6 +40,10 @@ type Record struct {
 	// truncated packet (-1 when the headers do not fit).
 	PayloadLen int
 	ICRCOK     bool
+	// MAD is the management datagram the packet carries (a UD SEND to
+	// QP1 with the GSI Q_Key, see mad.FromPacket), nil when none; it
+	// aliases the frame.
+	MAD mad.MAD
 }
 
 // Decode decodes frame number n (1-based) of a file. It returns false
@@ -87,6 +92,9 @@ func Decode(n int, f *Frame, rec *Record) bool {
 	}
 	if rec.Status != StatusTruncated && p.Info != nil && p.End <= len(f.Data) && p.End >= p.BTHOff+bth.BTHLen+bth.ICRCLen {
 		rec.ICRCOK = p.ICRCOK()
+	}
+	if rec.Status == StatusOK {
+		rec.MAD, _ = mad.FromPacket(p)
 	}
 	return true
 }
@@ -187,6 +195,9 @@ func (r *Record) AppendText(b []byte) []byte {
 	if r.PayloadLen >= 0 {
 		b = append(b, " payload="...)
 		b = strconv.AppendInt(b, int64(r.PayloadLen), 10)
+	}
+	if r.MAD != nil {
+		b = appendMADText(b, r.MAD)
 	}
 	return r.appendStatus(b)
 }
@@ -321,9 +332,10 @@ func (r *Record) appendExtText(b []byte) []byte {
 // dst_port, tclass, opcode, opcode_name, transport, se, migreq, pad,
 // tver, pkey, fecn, becn, resv6, dest_qp, ack_req, resv7, psn, the
 // extended headers present (dceth, rdeth, deth, xrceth, feth, reth,
-// atomic_eth, aeth, atomic_ack, immdt, ieth), payload_len, icrc,
-// icrc_ok, and truncated or malformed when so. icrc and icrc_ok are null
-// when the ICRC could not be checked.
+// atomic_eth, aeth, atomic_ack, immdt, ieth), payload_len, mad (for a
+// management datagram, see appendMADJSON), icrc, icrc_ok, and truncated
+// or malformed when so. icrc and icrc_ok are null when the ICRC could
+// not be checked.
 func (r *Record) AppendJSON(b []byte) []byte {
 	p := &r.P
 	b = append(b, `{"frame":`...)
@@ -397,6 +409,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.PayloadLen >= 0 {
 		b = appendKeyInt(b, "payload_len", uint64(r.PayloadLen))
+	}
+	if r.MAD != nil {
+		b = appendMADJSON(b, r.MAD)
 	}
 	if r.ICRCChecked() {
 		b = appendKeyInt(b, "icrc", uint64(p.ICRC()))

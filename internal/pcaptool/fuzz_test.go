@@ -22,6 +22,8 @@ func fuzzCaptures(t testing.TB) [][]byte {
 	frames = append(frames, req)
 	frames = append(frames, resp...)
 	frames = append(frames, r.ack(r.psn, bth.NAKSyndrome(0), 2))
+	x := newExchange(r) // an RDMA CM exchange without its RTU
+	frames = append(frames, x.setup(r)[:2]...)
 	ps := pcaptest.Frames(frames...)
 	ps[1] = pcaptest.Frame{Data: frames[1][:80], OrigLen: len(frames[1])}
 	var out [][]byte
@@ -76,6 +78,7 @@ func FuzzReader(f *testing.F) {
 			}
 			v.Frame(n, &fr)
 		}
+		v.Finish()
 	})
 }
 
@@ -83,7 +86,7 @@ func FuzzReader(f *testing.F) {
 // the JSON stays valid and the verifier holds.
 func FuzzDecodeFrame(f *testing.F) {
 	r := newRig(f)
-	for _, fr := range flat(r.send(600, 256), [][]byte{r.ack(3, bth.RNRSyndrome(5), 9)}) {
+	for _, fr := range flat(r.send(600, 256), [][]byte{r.ack(3, bth.RNRSyndrome(5), 9)}, newExchange(r).setup(r)[:1]) {
 		f.Add(fr, uint16(0))
 		f.Add(fr, uint16(20))
 	}
@@ -99,6 +102,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		v := NewVerifier(nil)
 		v.Frame(1, &fr)
 		v.Frame(2, &fr)
+		v.Finish()
 		if v.Counts.Packets != 2 || v.Counts.RoCE > 2 || v.Counts.ICRCOK+v.Counts.ICRCBad > v.Counts.RoCE {
 			t.Fatalf("counts %+v", v.Counts)
 		}

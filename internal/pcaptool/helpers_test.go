@@ -43,6 +43,8 @@ type rig struct {
 	psn      bth.PSN // next request PSN
 	msn      uint32
 	requests int
+	madPSN   [2]bth.PSN // next PSN of QP1 at A and at B
+	loop     bool       // A and B are one host, 192.0.2.2
 }
 
 func newRig(t testing.TB) *rig { return &rig{t: t, psn: 0xfffffd} }
@@ -59,6 +61,9 @@ func (r *rig) frame(fromA bool, f bth.BTHFields, payload []byte, set func(h *bth
 	if !fromA {
 		h.SrcIP, h.DstIP = h.DstIP, h.SrcIP
 		h.SrcMAC, h.DstMAC = h.DstMAC, h.SrcMAC
+	}
+	if r.loop {
+		h.SrcIP, h.DstIP = netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.2")
 	}
 	if set != nil {
 		set(&h)

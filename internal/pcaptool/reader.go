@@ -4,10 +4,12 @@
 // Reader reads pcap and pcapng files (gzip-compressed too) with bounded
 // allocations: a damaged file gives an error, never a panic or a huge
 // buffer. Decoder turns each RoCE frame into a Record and writes it as a
-// text line or a JSON object. Verifier checks every RoCE packet (ICRC,
-// lengths, pad, reserved bits, opcode, header presence) and follows each
-// QP's packet flow (PSN gaps, retransmissions, duplicates, NAKs, READ
-// responses, MSN progress).
+// text line or a JSON object, the CM messages on QP1 decoded. Verifier
+// checks every RoCE packet (ICRC, lengths, pad, reserved bits, opcode,
+// header presence), follows each QP's packet flow (PSN gaps,
+// retransmissions, duplicates, NAKs, READ responses, MSN progress) and,
+// at the end of a capture, each RDMA CM exchange and the traffic of the
+// connections it set up.
 package pcaptool
 
 import (

@@ -133,6 +133,7 @@ func RunVerify(w, errw io.Writer, paths []string, opt VerifyOptions) int {
 			code = ExitUsage
 			continue
 		}
+		v.Finish() // also for a damaged file: its frames up to the damage
 		if err != nil {
 			fileErr := &Finding{Frame: v.Counts.Packets, Severity: SevError, Check: "file", Message: err.Error()}
 			if errors.Is(err, ErrLinkType) {

@@ -34,7 +34,7 @@ type FlowID struct {
 type Finding struct {
 	Frame    int
 	Severity Severity
-	Check    string // icrc, length, pad, reserved, opcode, header, checksum, truncated, psn_gap, retransmission, duplicate, sequence, mtu, nak, rnr_nak, read_response, atomic, ack, msn, cnp
+	Check    string // icrc, length, pad, reserved, opcode, header, checksum, truncated, psn_gap, retransmission, duplicate, sequence, mtu, nak, rnr_nak, read_response, atomic, ack, msn, cnp, cm, cm_traffic
 	Flow     *FlowID
 	Message  string
 }
@@ -72,7 +72,8 @@ func (c *Counts) Summary() string {
 		itoa(c.ICRCBad) + " icrc_bad, " + itoa(c.Malformed) + " malformed"
 }
 
-// Verifier checks the frames of one capture file, in order.
+// Verifier checks the frames of one capture file, in order: Frame for
+// each, then Finish once.
 type Verifier struct {
 	// Report receives each finding as it is made.
 	Report func(*Finding)
@@ -81,6 +82,10 @@ type Verifier struct {
 	flows map[FlowID]*qpFlow
 	order []*qpFlow // flows in order of appearance, for deterministic pairing
 	rec   Record
+
+	cm       []cmMsg // the CM messages, related by Finish
+	cmFull   bool    // more than maxCMMessages were seen
+	finished bool
 }
 
 // NewVerifier returns a verifier reporting to report.
@@ -146,6 +151,9 @@ func (v *Verifier) Frame(n int, f *Frame) {
 		return
 	}
 	v.flow(rec)
+	if rec.MAD != nil {
+		v.cmMessage(rec)
+	}
 }
 
 // checkFormat checks a complete packet's fields and reports whether it
@@ -230,9 +238,10 @@ func appendHexStr(v uint64, w int) string { return string(appendHex(nil, v, w)) 
 // qpFlow is what the verifier knows of the packets sent to one QP: the
 // requests its peer sends it, and the responses to its own requests.
 type qpFlow struct {
-	id   FlowID
-	req  reqState
-	resp respState
+	id    FlowID
+	first int // frame of the flow's first packet
+	req   reqState
+	resp  respState
 }
 
 type recentPkt struct {
@@ -278,6 +287,11 @@ type reqState struct {
 	lastFrame int
 	sport     uint16  // UDP source port of the last request
 	peer      *qpFlow // the flow carrying the responses
+
+	// The first request, against which Finish checks what RDMA CM set up.
+	firstPSN   bth.PSN
+	firstFrame int
+	transport  bth.Transport
 }
 
 // respState follows the responses a QP receives to its requests.
@@ -311,7 +325,7 @@ func (v *Verifier) flowFor(rec *Record) *qpFlow {
 	}
 	fl := v.flows[id]
 	if fl == nil {
-		fl = &qpFlow{id: id}
+		fl = &qpFlow{id: id, first: rec.Frame}
 		v.flows[id] = fl
 		v.order = append(v.order, fl)
 	}
@@ -365,6 +379,7 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 		r.started = true
 		r.next = psn
 		r.gapAt = n
+		r.firstPSN, r.firstFrame, r.transport = psn, n, info.Transport
 	} else if r.pendRead != 0 {
 		v.settleRead(r, psn, n, fl)
 	}

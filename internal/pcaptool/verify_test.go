@@ -360,6 +360,7 @@ func TestVerifySharedCaptures(t *testing.T) {
 			t.Errorf("%s: %v", path, err)
 			continue
 		}
+		v.Finish()
 		c := v.Counts
 		total.Add(c)
 		name := filepath.Base(path)
@@ -377,6 +378,13 @@ func TestVerifySharedCaptures(t *testing.T) {
 						break
 					}
 				}
+			}
+		}
+		// Every RDMA CM exchange of the captures (rdma_rxe and ConnectX)
+		// is complete and consistent, and so is the traffic after it.
+		for _, f := range got {
+			if strings.HasPrefix(f.Check, "cm") {
+				t.Errorf("%s:%d: %s: %s", name, f.Frame, f.Check, f.Message)
 			}
 		}
 		if strings.Contains(path, "rxe-6.1") && (c.Flow != 0 || c.Notes != 0) {
