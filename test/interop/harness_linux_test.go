@@ -563,6 +563,7 @@ func verifySteps(t *testing.T, path string, windows []window) []*findings {
 		t.Error(err)
 	}
 	for i := range windows {
+		vs[i].Finish()
 		out[i].counts = vs[i].Counts
 	}
 	return out

@@ -77,6 +77,7 @@ func summarize(t *testing.T, path string) *capSummary {
 	if err != nil {
 		t.Fatal(err)
 	}
+	v.Finish() // the checks of whole CM exchanges
 	s.counts = v.Counts
 	return s
 }
