@@ -3,7 +3,8 @@
 // libmlx5 does for a device that mlx5 does not drive. uroce's device is not
 // an mlx5 device, so mlx5dv_is_supported says false and everything else
 // fails with EOPNOTSUPP (returned, or in errno beside a NULL), and the
-// program takes its plain verbs path ("ibv_wr* API : OFF" in perftest).
+// program takes its plain verbs path (perftest's "ibv_wr* API : OFF"
+// comes from its table of mlx5 and EFA part ids, not from here).
 //
 // Nothing here calls into libibverbs: the library loads beside uroce's
 // libibverbs.so.1 (or any other) and only needs libc. The symbol versions

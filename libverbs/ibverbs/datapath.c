@@ -127,73 +127,119 @@ int uv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 /* Sends. */
 
+/* Whether QP q takes a request of opcode op (ibv_post_send's rules): 0 or EINVAL. */
+static int send_op_check(const struct uv_qp *q, enum ibv_wr_opcode op)
+{
+	enum ibv_qp_type t = q->qp.qp_type;
+	switch (op) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return 0;
+	case IBV_WR_SEND_WITH_INV:
+		/* One of the memory management extensions: only where the device reports them. */
+		if (t != IBV_QPT_RC || !(uv_ctx(q->qp.context)->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS))
+			return EINVAL;
+		return 0;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return t == IBV_QPT_UD ? EINVAL : 0;
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return t == IBV_QPT_RC ? 0 : EINVAL;
+	default: /* LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, DRIVER1 */
+		return EINVAL;
+	}
+}
+
+/* Whether opcode op reads or is an atomic: its data is where the response goes, never inline. */
+static int is_read_or_atomic(unsigned op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* Appends l bytes at p to slot b's inline data, *total bytes so far: 0 or EINVAL past max_inline. */
+static int add_inline(const struct uv_qp *q, uint8_t *b, uint32_t *total, const void *p, size_t l)
+{
+	if (l > q->caps.max_inline - *total)
+		return EINVAL;
+	memcpy(b + UP_SEND_SLOT_HEADER + *total, p, l);
+	*total += l;
+	return 0;
+}
+
+/* Whether QP q's send queue takes requests: 0, EINVAL before RTS, EIO once the daemon is gone. */
+static int send_state_check(const struct uv_qp *q)
+{
+	switch (q->qp.state) {
+	case IBV_QPS_RESET:
+	case IBV_QPS_INIT:
+	case IBV_QPS_RTR:
+		return EINVAL;
+	default:
+		return uv_gone(uv_ctx(q->qp.context)) ? EIO : 0;
+	}
+}
+
+/*
+ * Gives the daemon the send ring's requests up to index prod (the
+ * caller holds the send lock): whether the daemon asked to be woken.
+ */
+static int publish_sends(struct uv_ring *r, uint32_t prod)
+{
+	r->prod = prod;
+	uv_store_sc(uv_ring_word(r, UP_OFF_PRODUCER), prod);
+	return uv_load_sc(uv_ring_word(r, UP_OFF_FLAGS)) & UP_FLAG_NEED_WAKEUP;
+}
+
 /* Checks wr as ibv_post_send does and writes it into slot b. */
 static int put_send(struct uv_qp *q, const struct ibv_send_wr *wr, uint8_t *b)
 {
-	enum ibv_qp_type t = q->qp.qp_type;
 	struct up_send_slot s = {.wr_id = wr->wr_id, .opcode = wr->opcode, .flags = wr->send_flags & 0xf};
-	int atomic_or_read = 0;
+	int err = send_op_check(q, wr->opcode);
+	if (err)
+		return err;
 	switch (wr->opcode) {
-	case IBV_WR_SEND:
-		break;
 	case IBV_WR_SEND_WITH_IMM:
 		s.imm = be32toh(wr->imm_data);
 		break;
 	case IBV_WR_SEND_WITH_INV:
-		/* One of the memory management extensions: only where the device reports them. */
-		if (t != IBV_QPT_RC ||
-		    !(uv_ctx(q->qp.context)->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS))
-			return EINVAL;
 		s.imm = wr->invalidate_rkey;
 		break;
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		s.imm = be32toh(wr->imm_data);
 		/* fall through */
 	case IBV_WR_RDMA_WRITE:
-		if (t == IBV_QPT_UD)
-			return EINVAL;
-		s.remote_addr = wr->wr.rdma.remote_addr;
-		s.rkey = wr->wr.rdma.rkey;
-		break;
 	case IBV_WR_RDMA_READ:
-		if (t != IBV_QPT_RC)
-			return EINVAL;
 		s.remote_addr = wr->wr.rdma.remote_addr;
 		s.rkey = wr->wr.rdma.rkey;
-		atomic_or_read = 1;
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		if (t != IBV_QPT_RC)
-			return EINVAL;
 		s.remote_addr = wr->wr.atomic.remote_addr;
 		s.rkey = wr->wr.atomic.rkey;
 		s.compare_add = wr->wr.atomic.compare_add;
 		s.swap = wr->wr.atomic.swap;
-		atomic_or_read = 1;
 		break;
-	default: /* LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, DRIVER1 */
-		return EINVAL;
+	default:
+		break;
 	}
 	if (wr->num_sge < 0)
 		return EINVAL;
-	if (t == IBV_QPT_UD) {
+	if (q->qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
 		s.ah = wr->wr.ud.ah->handle;
 		s.remote_qpn = wr->wr.ud.remote_qpn;
 		s.remote_qkey = wr->wr.ud.remote_qkey;
 	}
-	if ((wr->send_flags & IBV_SEND_INLINE) && !atomic_or_read) {
+	if ((wr->send_flags & IBV_SEND_INLINE) && !is_read_or_atomic(wr->opcode)) {
 		/* Inline data: the bytes themselves, from any memory (no lkey needed). */
 		uint32_t total = 0;
-		for (int i = 0; i < wr->num_sge; i++) {
-			uint32_t l = wr->sg_list[i].length;
-			if (l > q->caps.max_inline || total + l > q->caps.max_inline)
+		for (int i = 0; i < wr->num_sge; i++)
+			if (add_inline(q, b, &total, (const void *)(uintptr_t)wr->sg_list[i].addr,
+				       wr->sg_list[i].length))
 				return EINVAL;
-			memcpy(b + UP_SEND_SLOT_HEADER + total, (const void *)(uintptr_t)wr->sg_list[i].addr, l);
-			total += l;
-		}
 		s.num_sge = 0;
 		s.inline_len = total;
 	} else {
@@ -216,20 +262,11 @@ int uv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 {
 	struct uv_qp *q = (struct uv_qp *)ibqp;
 	struct uv_ring *r = &q->sq;
-	switch (ibqp->state) {
-	case IBV_QPS_RESET:
-	case IBV_QPS_INIT:
-	case IBV_QPS_RTR:
+	int err = send_state_check(q), ring = 0;
+	if (err) {
 		*bad = wr;
-		return EINVAL;
-	default:
-		break;
+		return err;
 	}
-	if (uv_gone(uv_ctx(ibqp->context))) {
-		*bad = wr;
-		return EIO;
-	}
-	int err = 0, ring = 0;
 	pthread_spin_lock(&q->slock);
 	uint32_t prod = r->prod, start = prod;
 	uint32_t cons = uv_load(uv_ring_word(r, UP_OFF_CONSUMER));
@@ -245,17 +282,351 @@ int uv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 			break;
 		prod++;
 	}
-	if (prod != start) {
-		r->prod = prod;
-		uv_store_sc(uv_ring_word(r, UP_OFF_PRODUCER), prod);
-		ring = uv_load_sc(uv_ring_word(r, UP_OFF_FLAGS)) & UP_FLAG_NEED_WAKEUP;
-	}
+	if (prod != start)
+		ring = publish_sends(r, prod);
 	pthread_spin_unlock(&q->slock);
 	if (ring)
 		uv_ring_doorbell(uv_ctx(ibqp->context));
 	if (err)
 		*bad = wr;
 	return err;
+}
+
+/*
+ * The ibv_wr_* API (ibv_wr_post(3)) through struct ibv_qp_ex: a builder
+ * (ibv_wr_send, ibv_wr_rdma_write, ...) starts a request in the batch's
+ * next send slot with the QP's wr_id and wr_flags of the moment, the
+ * setters fill in the current one, and ibv_wr_complete publishes the
+ * batch with one producer index store, as ibv_post_send does a list.
+ * The requests pass ibv_post_send's checks; the first failure is kept,
+ * later calls do nothing, and ibv_wr_complete returns it with nothing
+ * posted. Whether data is inline is the setter's choice: IBV_SEND_INLINE
+ * in wr_flags does not count. No call allocates or enters the kernel
+ * but ibv_wr_complete's doorbell, when the daemon asked for one.
+ */
+
+static inline struct uv_qp *qpx_qp(struct ibv_qp_ex *x)
+{
+	return (struct uv_qp *)x;
+}
+
+/* Fails the batch with err unless it already failed; no current request after. */
+static void wr_fail(struct uv_qp *q, int err)
+{
+	if (!q->wr.err)
+		q->wr.err = err;
+	q->wr.cur = NULL;
+}
+
+/* Ends the current request: the batch's error, or 0. */
+static int wr_end(struct uv_qp *q)
+{
+	if (q->wr.cur && q->wr.need_ah)
+		wr_fail(q, EINVAL); /* a UD request needs ibv_wr_set_ud_addr */
+	return q->wr.err;
+}
+
+/* Starts a request of opcode op: its slot, or NULL once the batch failed. */
+static struct up_send_slot *wr_begin(struct uv_qp *q, enum ibv_wr_opcode op)
+{
+	struct uv_wr_batch *w = &q->wr;
+	struct uv_ring *r = &q->sq;
+	int err = wr_end(q);
+	if (!err)
+		err = send_op_check(q, op);
+	if (!err && w->prod - w->cons >= r->n) {
+		w->cons = uv_load(uv_ring_word(r, UP_OFF_CONSUMER));
+		if (w->prod - w->cons >= r->n)
+			err = ENOMEM;
+	}
+	if (err) {
+		wr_fail(q, err);
+		return NULL;
+	}
+	uint8_t *b = uv_ring_slot(r, w->prod++);
+	struct up_send_slot s = {.wr_id = q->qpx.wr_id, .opcode = op,
+				 .flags = q->qpx.wr_flags & 0xf & ~IBV_SEND_INLINE};
+	memcpy(b, &s, sizeof(s));
+	w->cur = b;
+	w->need_ah = q->qp.qp_type == IBV_QPT_UD;
+	return (struct up_send_slot *)b;
+}
+
+/* The current request, for a setter: NULL (the batch failed) without one. */
+static struct up_send_slot *wr_current(struct uv_qp *q)
+{
+	if (!q->wr.cur)
+		wr_fail(q, EINVAL); /* a setter before any builder */
+	return (struct up_send_slot *)q->wr.cur;
+}
+
+static void wr_start(struct ibv_qp_ex *x)
+{
+	struct uv_qp *q = qpx_qp(x);
+	pthread_spin_lock(&q->slock);
+	q->wr = (struct uv_wr_batch){.prod = q->sq.prod, .cons = uv_load(uv_ring_word(&q->sq, UP_OFF_CONSUMER))};
+}
+
+static int wr_complete(struct ibv_qp_ex *x)
+{
+	struct uv_qp *q = qpx_qp(x);
+	int err = wr_end(q), ring = 0;
+	if (!err)
+		err = send_state_check(q);
+	if (!err && q->wr.prod != q->sq.prod)
+		ring = publish_sends(&q->sq, q->wr.prod);
+	pthread_spin_unlock(&q->slock);
+	if (ring)
+		uv_ring_doorbell(uv_ctx(q->qp.context));
+	return err;
+}
+
+static void wr_abort(struct ibv_qp_ex *x)
+{
+	/* The slots written stay past the producer index: the daemon never sees them. */
+	pthread_spin_unlock(&qpx_qp(x)->slock);
+}
+
+static void wr_send(struct ibv_qp_ex *x)
+{
+	wr_begin(qpx_qp(x), IBV_WR_SEND);
+}
+
+static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm_data)
+{
+	struct up_send_slot *s = wr_begin(qpx_qp(x), IBV_WR_SEND_WITH_IMM);
+	if (s)
+		s->imm = be32toh(imm_data);
+}
+
+static void wr_send_inv(struct ibv_qp_ex *x, uint32_t invalidate_rkey)
+{
+	struct up_send_slot *s = wr_begin(qpx_qp(x), IBV_WR_SEND_WITH_INV);
+	if (s)
+		s->imm = invalidate_rkey;
+}
+
+static struct up_send_slot *wr_rdma(struct ibv_qp_ex *x, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr)
+{
+	struct up_send_slot *s = wr_begin(qpx_qp(x), op);
+	if (s) {
+		s->remote_addr = raddr;
+		s->rkey = rkey;
+	}
+	return s;
+}
+
+static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr)
+{
+	wr_rdma(x, IBV_WR_RDMA_WRITE, rkey, remote_addr);
+}
+
+static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr, __be32 imm_data)
+{
+	struct up_send_slot *s = wr_rdma(x, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, remote_addr);
+	if (s)
+		s->imm = be32toh(imm_data);
+}
+
+static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr)
+{
+	wr_rdma(x, IBV_WR_RDMA_READ, rkey, remote_addr);
+}
+
+static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr, uint64_t compare,
+			      uint64_t swap)
+{
+	struct up_send_slot *s = wr_rdma(x, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, remote_addr);
+	if (s) {
+		s->compare_add = compare;
+		s->swap = swap;
+	}
+}
+
+static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr, uint64_t add)
+{
+	struct up_send_slot *s = wr_rdma(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, remote_addr);
+	if (s)
+		s->compare_add = add;
+}
+
+/* Zero-length buffers carry nothing and are left out, as rdma-core's providers do. */
+static void wr_set_sge_list(struct ibv_qp_ex *x, size_t num_sge, const struct ibv_sge *sg_list)
+{
+	struct uv_qp *q = qpx_qp(x);
+	struct up_send_slot *s = wr_current(q);
+	if (!s)
+		return;
+	if (num_sge > q->caps.max_send_sge) {
+		wr_fail(q, EINVAL);
+		return;
+	}
+	struct up_sge *sg = (struct up_sge *)((uint8_t *)s + UP_SEND_SLOT_HEADER);
+	uint16_t n = 0;
+	for (size_t i = 0; i < num_sge; i++) {
+		if (!sg_list[i].length)
+			continue;
+		sg[n].addr = sg_list[i].addr;
+		sg[n].length = sg_list[i].length;
+		sg[n].lkey = sg_list[i].lkey;
+		n++;
+	}
+	s->num_sge = n;
+	s->inline_len = 0;
+	s->flags &= ~IBV_SEND_INLINE;
+}
+
+static void wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sg = {.addr = addr, .length = length, .lkey = lkey};
+	wr_set_sge_list(x, 1, &sg);
+}
+
+static void wr_set_inline_data_list(struct ibv_qp_ex *x, size_t num_buf, const struct ibv_data_buf *buf_list)
+{
+	struct uv_qp *q = qpx_qp(x);
+	struct up_send_slot *s = wr_current(q);
+	if (!s)
+		return;
+	if (is_read_or_atomic(s->opcode)) { /* inline data is for SEND and RDMA WRITE */
+		wr_fail(q, EINVAL);
+		return;
+	}
+	uint32_t total = 0;
+	for (size_t i = 0; i < num_buf; i++)
+		if (add_inline(q, (uint8_t *)s, &total, buf_list[i].addr, buf_list[i].length)) {
+			wr_fail(q, EINVAL);
+			return;
+		}
+	s->num_sge = 0;
+	s->inline_len = total;
+	s->flags |= IBV_SEND_INLINE;
+}
+
+static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf d = {.addr = addr, .length = length};
+	wr_set_inline_data_list(x, 1, &d);
+}
+
+static void wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	struct uv_qp *q = qpx_qp(x);
+	struct up_send_slot *s = wr_current(q);
+	if (!s)
+		return;
+	if (q->qp.qp_type != IBV_QPT_UD || !ah) {
+		wr_fail(q, EINVAL);
+		return;
+	}
+	s->ah = ah->handle;
+	s->remote_qpn = remote_qpn;
+	s->remote_qkey = remote_qkey;
+	q->wr.need_ah = 0;
+}
+
+/* What the ring's slots cannot carry: the batch fails with EOPNOTSUPP. */
+static void wr_unsupported(struct uv_qp *q)
+{
+	wr_end(q);
+	wr_fail(q, EOPNOTSUPP);
+}
+
+static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	(void)mw, (void)rkey, (void)info;
+	wr_unsupported(qpx_qp(x));
+}
+
+static void wr_local_inv(struct ibv_qp_ex *x, uint32_t invalidate_rkey)
+{
+	(void)invalidate_rkey;
+	wr_unsupported(qpx_qp(x));
+}
+
+static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	(void)hdr, (void)hdr_sz, (void)mss;
+	wr_unsupported(qpx_qp(x));
+}
+
+static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr, const void *atomic_wr)
+{
+	(void)rkey, (void)remote_addr, (void)atomic_wr;
+	wr_unsupported(qpx_qp(x));
+}
+
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
+{
+	(void)remote_srqn;
+	wr_unsupported(qpx_qp(x));
+}
+
+/*
+ * The send_ops_flags a QP of type t may ask for: the operations
+ * ibv_post_send takes on it.
+ */
+uint64_t uv_send_ops(struct uv_context *c, enum ibv_qp_type t)
+{
+	const uint64_t sends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	const uint64_t writes = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+	switch (t) {
+	case IBV_QPT_RC: {
+		uint64_t ops = sends | writes | IBV_QP_EX_WITH_RDMA_READ;
+		if (c->attr.atomic_cap != IBV_ATOMIC_NONE)
+			ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+		if (c->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS)
+			ops |= IBV_QP_EX_WITH_SEND_WITH_INV;
+		return ops;
+	}
+	case IBV_QPT_UC:
+		return sends | writes;
+	case IBV_QPT_UD:
+		return sends;
+	default:
+		return 0;
+	}
+}
+
+/*
+ * Gives q its struct ibv_qp_ex. Every builder is there, whatever
+ * send_ops_flags asked for (as rdma-core's mlx5 does); one the QP's type
+ * does not take fails the batch as ibv_post_send would (EINVAL), one no
+ * uroce QP takes with EOPNOTSUPP.
+ */
+void uv_init_qpx(struct uv_qp *q)
+{
+	struct ibv_qp_ex *x = &q->qpx;
+	x->comp_mask = 0;
+	x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+	x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+	x->wr_bind_mw = wr_bind_mw;
+	x->wr_local_inv = wr_local_inv;
+	x->wr_rdma_read = wr_rdma_read;
+	x->wr_rdma_write = wr_rdma_write;
+	x->wr_rdma_write_imm = wr_rdma_write_imm;
+	x->wr_send = wr_send;
+	x->wr_send_imm = wr_send_imm;
+	x->wr_send_inv = wr_send_inv;
+	x->wr_send_tso = wr_send_tso;
+	x->wr_set_ud_addr = wr_set_ud_addr;
+	x->wr_set_xrc_srqn = wr_set_xrc_srqn;
+	x->wr_set_inline_data = wr_set_inline_data;
+	x->wr_set_inline_data_list = wr_set_inline_data_list;
+	x->wr_set_sge = wr_set_sge;
+	x->wr_set_sge_list = wr_set_sge_list;
+	x->wr_start = wr_start;
+	x->wr_complete = wr_complete;
+	x->wr_abort = wr_abort;
+	x->wr_atomic_write = wr_atomic_write;
+	q->has_qpx = 1;
+}
+
+/* rdma-core's answer: the QP's ibv_qp_ex if ibv_create_qp_ex made it with send_ops_flags, else NULL. */
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct uv_qp *q = (struct uv_qp *)qp;
+	return q->has_qpx ? &q->qpx : NULL;
 }
 
 /* Receives. */

@@ -455,13 +455,6 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 
 /* What uroce does not do. */
 
-struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	(void)qp;
-	errno = EOPNOTSUPP; /* no ibv_wr_* API: create_qp_ex refuses IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
-	return NULL;
-}
-
 UV_LATEST(ibv_attach_mcast);
 int uv_ibv_attach_mcast_1_1(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {

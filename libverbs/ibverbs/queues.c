@@ -583,24 +583,33 @@ struct ibv_qp *uv_ibv_create_qp_1_1(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	return qp;
 }
 
-/* verbs_context.create_qp_ex: the basic attributes only. */
+/*
+ * verbs_context.create_qp_ex: the basic attributes, and send_ops_flags
+ * for the ibv_wr_* API (datapath.c); operations that the QP's type or
+ * the device cannot do are refused with EOPNOTSUPP, as rdma-core's
+ * providers do.
+ */
 static struct ibv_qp *uv_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *x)
 {
-	(void)ctx;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	if (!(x->comp_mask & IBV_QP_INIT_ATTR_PD) || !x->pd) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((x->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) ||
-	    ((x->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && x->create_flags)) {
+	int wr_api = !!(x->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+	if ((x->comp_mask & ~known) || ((x->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && x->create_flags) ||
+	    (wr_api && (x->send_ops_flags & ~uv_send_ops(uv_ctx(ctx), x->qp_type)))) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	struct ibv_qp_init_attr a = {.qp_context = x->qp_context, .send_cq = x->send_cq, .recv_cq = x->recv_cq,
 				     .srq = x->srq, .cap = x->cap, .qp_type = x->qp_type, .sq_sig_all = x->sq_sig_all};
 	struct ibv_qp *qp = ibv_create_qp(x->pd, &a);
-	if (qp)
-		x->cap = a.cap;
+	if (!qp)
+		return NULL;
+	x->cap = a.cap;
+	if (wr_api)
+		uv_init_qpx((struct uv_qp *)qp);
 	return qp;
 }
 

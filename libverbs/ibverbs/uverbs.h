@@ -43,6 +43,19 @@ _Static_assert(offsetof(struct verbs_context, create_qp_ex) == 264, "verbs_conte
 _Static_assert(sizeof(struct ibv_device) == 664, "ibv_device");
 _Static_assert(sizeof(struct ibv_qp) == 160, "ibv_qp");
 _Static_assert(offsetof(struct ibv_qp, qp_num) == 52, "ibv_qp.qp_num");
+_Static_assert(sizeof(struct ibv_qp_ex) == 352, "ibv_qp_ex");
+_Static_assert(offsetof(struct ibv_qp_ex, qp_base) == 0, "ibv_qp_ex.qp_base");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_id) == 168, "ibv_qp_ex.wr_id");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_flags) == 176, "ibv_qp_ex.wr_flags");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_atomic_cmp_swp) == 184, "ibv_qp_ex.wr_atomic_cmp_swp");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_send) == 240, "ibv_qp_ex.wr_send");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_set_ud_addr) == 272, "ibv_qp_ex.wr_set_ud_addr");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_set_sge) == 304, "ibv_qp_ex.wr_set_sge");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_start) == 320, "ibv_qp_ex.wr_start");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_complete) == 328, "ibv_qp_ex.wr_complete");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_abort) == 336, "ibv_qp_ex.wr_abort");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_atomic_write) == 344, "ibv_qp_ex.wr_atomic_write");
+_Static_assert(sizeof(struct ibv_data_buf) == 16, "ibv_data_buf");
 _Static_assert(sizeof(struct ibv_cq) == 128, "ibv_cq");
 _Static_assert(sizeof(struct ibv_srq) == 128, "ibv_srq");
 _Static_assert(sizeof(struct ibv_mr) == 48, "ibv_mr");
@@ -193,8 +206,27 @@ struct uv_srq {
 	struct uv_srq *next;
 };
 
+/*
+ * The ibv_wr_* batch of a QP (ibv_wr_post(3)), under the send lock from
+ * ibv_wr_start to ibv_wr_complete or ibv_wr_abort: requests go into the
+ * send ring's slots from the ring's producer index on, and become the
+ * daemon's only when ibv_wr_complete publishes the index.
+ */
+struct uv_wr_batch {
+	uint32_t prod;  /* the next request's ring index */
+	uint32_t cons;  /* the daemon's consumer index as last read */
+	uint8_t *cur;   /* the current request's slot, or NULL */
+	int need_ah;    /* the current request is UD's and has no address yet */
+	int err;        /* the batch's first error, or 0 */
+};
+
 struct uv_qp {
-	struct ibv_qp qp;
+	union { /* what programs see; first */
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx; /* starts with qp_base: qp */
+	};
+	int has_qpx; /* created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_to_qp_ex gives qpx */
+	struct uv_wr_batch wr;
 	uint32_t handle;
 	void *mem;
 	size_t mem_len;
@@ -206,6 +238,8 @@ struct uv_qp {
 	uint32_t async_reported;
 	struct uv_qp *next;
 };
+
+_Static_assert(offsetof(struct uv_qp, qp) == 0 && offsetof(struct uv_qp, qpx.qp_base) == 0, "uv_qp");
 
 struct uv_ah {
 	struct ibv_ah ah;
@@ -245,6 +279,8 @@ int uv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int uv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int uv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int uv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+uint64_t uv_send_ops(struct uv_context *c, enum ibv_qp_type t);
+void uv_init_qpx(struct uv_qp *q);
 
 /* query.c */
 int uv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);

@@ -12,8 +12,10 @@
  * The two ends exchange their QP numbers, PSNs, GIDs, addresses and
  * R_Keys over TCP (port 18600 by default) as ibv_rc_pingpong does, then
  * run the same list of cases in lockstep, each printing `ok NAME` (with
- * an optional `# note`) or `FAIL NAME: reason`. The exit status is 1 when
- * a case failed on this end, 2 on a usage or set-up error.
+ * an optional `# note`), `FAIL NAME: reason`, or `skip NAME: reason` for
+ * what the device says it does not support (only the ibv_wr_* cases,
+ * without that API). The exit status is 1 when a case failed on this
+ * end, 2 on a usage or set-up error.
  *
  * -m is the path MTU (256 ... 4096; default the port's active MTU), -g
  * the GID index (default the first RoCE v2 GID that holds an IPv4
@@ -61,7 +63,7 @@
 #define WATCHDOG_SECONDS 300
 
 /* The RC QPs each end creates, in the order the peers pair them. */
-enum { Q_MAIN, Q_INV, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, NQP };
+enum { Q_MAIN, Q_INV, Q_WR, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, NQP };
 
 static const char *prog = "verbs_test";
 static int timeout_ms = 5000;
@@ -80,12 +82,15 @@ static char why[512];
 
 static char note[256];
 
+/* A case's result: 0 ok, > 0 skipped (why says why), < 0 failed. */
 static void report(const char *name, int r)
 {
 	if (r == 0 && note[0])
 		printf("ok %s # %s\n", name, note);
 	else if (r == 0)
 		printf("ok %s\n", name);
+	else if (r > 0)
+		printf("skip %s: %s\n", name, why);
 	else {
 		printf("FAIL %s: %s\n", name, why[0] ? why : "failed");
 		failures++;
@@ -284,6 +289,8 @@ struct info {
 	uint64_t cap_flags, atomic_cap;
 	uint64_t lid;
 	uint64_t gid_hi, gid_lo; /* the GID's bytes 0-7 and 8-15 */
+	uint64_t wr_api;         /* this end has the ibv_wr_* API (create_qp_ex) */
+	uint64_t ud_wr_qpn;
 };
 
 static void exchange(const struct info *mine, struct info *theirs)
@@ -346,11 +353,19 @@ struct end {
 	struct ibv_cq *err_cq;  /* the QPs of the error cases */
 	struct ibv_cq *ud_cq;
 	struct ibv_cq *local_cq; /* QPs that never connect */
+	struct ibv_cq *wr_cq;    /* the QPs of the ibv_wr_* API, both queues */
 	struct ibv_srq *srq;
 	struct ibv_qp *qp[NQP];
 	uint32_t psn[NQP];
 	struct ibv_qp *ud;
 	uint32_t ud_psn;
+	/* The ibv_wr_* API: qp[Q_WR] and ud_wr, made with send_ops_flags. */
+	struct ibv_qp *ud_wr;
+	uint32_t ud_wr_psn;
+	struct ibv_qp_ex *wr_rc, *wr_ud;
+	struct ibv_qp_cap wr_cap;
+	char wr_skip[200];   /* why this end has no ibv_wr_* API, or empty */
+	uint64_t wr_refused; /* the RC send_ops_flags ibv_create_qp_ex refuses (EOPNOTSUPP) */
 	struct ibv_ah *ah, *reply_ah;
 	struct info peer;
 	union ibv_gid peer_gid;
@@ -658,7 +673,7 @@ static int case_create_cq(void)
 	CHECK(E.ev_cq->cqe >= 64 && E.ev_cq->channel == E.ch && E.ev_cq->cq_context == &ev_cq_context &&
 		      E.ev_cq->context == E.ctx,
 	      "cq: cqe %d channel %p context %p", E.ev_cq->cqe, (void *)E.ev_cq->channel, E.ev_cq->cq_context);
-	struct ibv_cq **cqs[] = {&E.cq, &E.srq_cq, &E.err_cq, &E.ud_cq, &E.local_cq};
+	struct ibv_cq **cqs[] = {&E.cq, &E.srq_cq, &E.err_cq, &E.ud_cq, &E.local_cq, &E.wr_cq};
 	for (size_t i = 0; i < sizeof(cqs) / sizeof(cqs[0]); i++) {
 		*cqs[i] = ibv_create_cq(E.ctx, 64, NULL, NULL, 0);
 		CHECK(*cqs[i], "ibv_create_cq: %s", strerror(errno));
@@ -703,6 +718,50 @@ static struct ibv_qp *create_qp(enum ibv_qp_type t, struct ibv_cq *scq, struct i
 
 static struct ibv_qp_cap main_cap;
 
+/* The send_ops_flags of the RC QP for the ibv_wr_* API: what rc_wr_api posts. */
+static uint64_t wr_rc_ops(void)
+{
+	uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
+		       IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
+	if (E.attr.atomic_cap != IBV_ATOMIC_NONE)
+		ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	return ops;
+}
+
+static struct ibv_qp *create_qp_ex(enum ibv_qp_type t, uint64_t ops, struct ibv_qp_cap *granted)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = E.wr_cq,
+		.recv_cq = E.wr_cq,
+		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2,
+			.max_inline_data = 64},
+		.qp_type = t,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = E.pd,
+		.send_ops_flags = ops,
+	};
+	struct ibv_qp *qp = ibv_create_qp_ex(E.ctx, &a);
+	if (qp && granted)
+		*granted = a.cap;
+	return qp;
+}
+
+/*
+ * A QP for the ibv_wr_* API. A device that refuses send_ops_flags
+ * (EOPNOTSUPP) has no such API: the QP is a plain one, so that the
+ * peers' QPs still pair, and E.wr_skip says why.
+ */
+static struct ibv_qp *create_qp_wr(enum ibv_qp_type t, uint64_t ops, struct ibv_qp_cap *granted)
+{
+	errno = 0;
+	struct ibv_qp *qp = create_qp_ex(t, ops, granted);
+	if (qp || errno != EOPNOTSUPP)
+		return qp;
+	snprintf(E.wr_skip, sizeof(E.wr_skip), "no ibv_wr_* API: ibv_create_qp_ex (%s) with send_ops_flags %#llx: %s",
+		 t == IBV_QPT_UD ? "UD" : "RC", (unsigned long long)ops, strerror(EOPNOTSUPP));
+	return create_qp(t, E.wr_cq, E.wr_cq, NULL, granted);
+}
+
 static int case_create_qp(void)
 {
 	E.qp[Q_MAIN] = create_qp(IBV_QPT_RC, E.cq, E.ev_cq, NULL, &main_cap);
@@ -735,6 +794,11 @@ static int case_create_qp(void)
 	E.ud = create_qp(IBV_QPT_UD, E.ud_cq, E.ud_cq, NULL, NULL);
 	CHECK(E.ud, "ibv_create_qp (UD): %s", strerror(errno));
 	CHECK(E.ud->qp_type == IBV_QPT_UD, "UD qp_type %d", E.ud->qp_type);
+	E.qp[Q_WR] = create_qp_wr(IBV_QPT_RC, wr_rc_ops(), &E.wr_cap);
+	CHECK(E.qp[Q_WR], "ibv_create_qp_ex (RC) with send_ops_flags %#llx: %s", (unsigned long long)wr_rc_ops(),
+	      strerror(errno));
+	E.ud_wr = create_qp_wr(IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, NULL);
+	CHECK(E.ud_wr, "ibv_create_qp_ex (UD) with send_ops_flags: %s", strerror(errno));
 	return 0;
 }
 
@@ -1019,16 +1083,23 @@ static int case_rc_connect(void)
 	return 0;
 }
 
-static int case_ud_connect(void)
+static int connect_ud(struct ibv_qp *qp, uint32_t psn)
 {
 	struct ibv_qp_attr a = {.pkey_index = 0, .port_num = 1, .qkey = QKEY};
-	int e = modify(E.ud, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, &a);
+	int e = modify(qp, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, &a);
 	CHECK(e == 0, "UD RESET to INIT: %s", strerror(e));
-	e = modify(E.ud, IBV_QPS_RTR, 0, &a);
+	e = modify(qp, IBV_QPS_RTR, 0, &a);
 	CHECK(e == 0, "UD INIT to RTR: %s", strerror(e));
-	a.sq_psn = E.ud_psn;
-	e = modify(E.ud, IBV_QPS_RTS, IBV_QP_SQ_PSN, &a);
+	a.sq_psn = psn;
+	e = modify(qp, IBV_QPS_RTS, IBV_QP_SQ_PSN, &a);
 	CHECK(e == 0, "UD RTR to RTS: %s", strerror(e));
+	return 0;
+}
+
+static int case_ud_connect(void)
+{
+	if (connect_ud(E.ud, E.ud_psn) || connect_ud(E.ud_wr, E.ud_wr_psn))
+		return -1;
 	struct ibv_ah_attr ah = {.is_global = 1, .dlid = E.peer.lid, .port_num = 1,
 				 .grh = {.dgid = E.peer_gid, .sgid_index = E.gidx, .hop_limit = 64}};
 	E.ah = ibv_create_ah(E.pd, &ah);
@@ -1734,22 +1805,29 @@ static int ud_send(struct ibv_ah *ah, uint32_t qpn, uint32_t qkey, void *addr, u
 	return expect_wc(E.ud_cq, &wc, wr_id, IBV_WC_SEND, "UD send");
 }
 
-static int ud_recv_check(struct ibv_wc *wc, uint64_t wr_id, const uint8_t *b, uint32_t len, unsigned seed)
+/* A datagram from the peer's QP src_qpn to qp, on cq: its GRH, then len bytes of the pattern. */
+static int datagram_check(struct ibv_cq *cq, struct ibv_qp *qp, uint32_t src_qpn, struct ibv_wc *wc, uint64_t wr_id,
+			  const uint8_t *b, uint32_t len, unsigned seed)
 {
 	char s[160];
-	if (poll_one(E.ud_cq, wc, "datagram"))
+	if (poll_one(cq, wc, "datagram"))
 		return -1;
 	CHECK(wc->status == IBV_WC_SUCCESS && wc->opcode == IBV_WC_RECV && wc->wr_id == wr_id,
 	      "datagram: %s; want wr_id %llu", wc_str(wc, s, sizeof(s)), (unsigned long long)wr_id);
-	CHECK(wc->byte_len == 40 + len && (wc->wc_flags & IBV_WC_GRH) && wc->src_qp == E.peer.ud_qpn &&
-		      wc->qp_num == E.ud->qp_num,
+	CHECK(wc->byte_len == 40 + len && (wc->wc_flags & IBV_WC_GRH) && wc->src_qp == src_qpn &&
+		      wc->qp_num == qp->qp_num,
 	      "datagram: byte_len %u (want 40 + %u) flags %#x (want IBV_WC_GRH) src_qp %#x (want %#x) qp %#x",
-	      wc->byte_len, len, wc->wc_flags, wc->src_qp, (unsigned)E.peer.ud_qpn, wc->qp_num);
+	      wc->byte_len, len, wc->wc_flags, wc->src_qp, src_qpn, wc->qp_num);
 	long i = check_pat(b + 40, len, seed);
 	if (i >= 0 && check_pat(b + 40, len, 30) < 0)
 		return failf("the datagram sent with the wrong Q_Key was delivered");
 	CHECK(i < 0, "datagram byte %ld differs", i);
 	return check_grh(b, &E.peer_gid, &E.gid);
+}
+
+static int ud_recv_check(struct ibv_wc *wc, uint64_t wr_id, const uint8_t *b, uint32_t len, unsigned seed)
+{
+	return datagram_check(E.ud_cq, E.ud, (uint32_t)E.peer.ud_qpn, wc, wr_id, b, len, seed);
 }
 
 static int case_ud(void)
@@ -1801,6 +1879,488 @@ static int case_ud(void)
 	sync_peer(1); /* the server replied */
 	if (r == 0)
 		r = ud_recv_check(&wc, 53, rb, len / 2, 32);
+	return r;
+}
+
+/*
+ * The ibv_wr_* API (ibv_wr_post(3)) on the QPs made with
+ * ibv_create_qp_ex and send_ops_flags: qp[Q_WR] (RC) and ud_wr. The
+ * client posts, the server receives and checks its memory. A device
+ * whose ibv_create_qp_ex refuses send_ops_flags with EOPNOTSUPP has no
+ * such API: the cases are skipped.
+ */
+
+/* Why the cases of the ibv_wr_* API do not run (the client's device has no such API), or NULL. */
+static const char *wr_skipped(void)
+{
+	if (server)
+		return E.peer.wr_api ? NULL : "no ibv_wr_* API on the client's device";
+	return E.wr_skip[0] ? E.wr_skip : NULL;
+}
+
+/*
+ * The QPs' struct ibv_qp_ex, and the send_ops_flags that
+ * ibv_create_qp_ex must refuse: what a QP's type cannot do (TSO on RC,
+ * RDMA WRITE on UD), and whatever optional operation the device refuses
+ * on RC, which rc_wr_api then checks a batch cannot post.
+ */
+static int case_create_qp_ex(void)
+{
+	if (E.wr_skip[0]) {
+		snprintf(why, sizeof(why), "%s", E.wr_skip);
+		return 1;
+	}
+	E.wr_rc = ibv_qp_to_qp_ex(E.qp[Q_WR]);
+	E.wr_ud = ibv_qp_to_qp_ex(E.ud_wr);
+	CHECK(E.wr_rc && E.wr_ud, "ibv_qp_to_qp_ex of a QP made with send_ops_flags: NULL (%s)",
+	      E.wr_rc ? "UD" : "RC");
+	CHECK(&E.wr_rc->qp_base == E.qp[Q_WR] && &E.wr_ud->qp_base == E.ud_wr,
+	      "ibv_qp_to_qp_ex: qp_base is not the QP");
+	CHECK(E.wr_cap.max_inline_data >= 64 && E.wr_cap.max_send_sge >= 2, "granted max_inline_data %u max_send_sge %u",
+	      E.wr_cap.max_inline_data, E.wr_cap.max_send_sge);
+	static const struct {
+		enum ibv_qp_type t;
+		uint64_t ops;
+		const char *what;
+	} never[] = {
+		{IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO, "TSO on RC"},
+		{IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE, "RDMA WRITE on UD"},
+	};
+	for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+		errno = 0;
+		struct ibv_qp *qp = create_qp_ex(never[i].t, never[i].ops, NULL);
+		int e = errno;
+		if (qp)
+			ibv_destroy_qp(qp);
+		CHECK(!qp && e == EOPNOTSUPP, "ibv_create_qp_ex with send_ops_flags for %s: %s, want EOPNOTSUPP",
+		      never[i].what, qp ? "created" : strerror(e));
+	}
+	static const uint64_t optional[] = {IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_EX_WITH_LOCAL_INV,
+					    IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_ATOMIC_WRITE};
+	E.wr_refused = IBV_QP_EX_WITH_TSO;
+	for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
+		errno = 0;
+		struct ibv_qp *qp = create_qp_ex(IBV_QPT_RC, IBV_QP_EX_WITH_SEND | optional[i], NULL);
+		int e = errno;
+		if (qp)
+			CHECK((e = ibv_destroy_qp(qp)) == 0, "ibv_destroy_qp: %s", strerror(e));
+		else if (e == EOPNOTSUPP)
+			E.wr_refused |= optional[i];
+		else
+			return failf("ibv_create_qp_ex with send_ops_flags %#llx: %s", (unsigned long long)optional[i],
+				     strerror(e));
+	}
+	snprintf(note, sizeof(note), "RC refuses send_ops_flags %#llx", (unsigned long long)E.wr_refused);
+	return 0;
+}
+
+#define WR_ATOM_OFF 56000 /* rc_wr_api's atomic target in the server's malloc'ed buffer */
+#define WR_IMM_SEND 0x5eed0101u
+#define WR_IMM_WRITE 0x5eed0103u
+#define WR_IMM_UD 0x5eed0111u
+
+/*
+ * The server's side of rc_wr_api: what the client's requests leave in its
+ * memory and receive queue. The receives take, in order, the SEND of an
+ * SGE list (90), the SEND_WITH_IMM of inline data (91), the
+ * RDMA_WRITE_WITH_IMM of an inline list (92) and the SEND after the
+ * aborted and failed batches (93): nothing of those batches arrives.
+ */
+static int rc_wr_server(uint32_t wlen, uint32_t rlen, int atomics)
+{
+	uint8_t *rb = E.mm, *wdst = E.buf + 16384, *idst = E.buf + 32768, *x = E.buf + 49152;
+	uint64_t *target = (uint64_t *)(E.buf + WR_ATOM_OFF);
+	struct ibv_wc wc;
+	char b[160];
+	if (expect_wc(E.wr_cq, &wc, 90, IBV_WC_RECV, "receive of the SGE list's SEND"))
+		return -1;
+	CHECK(wc.byte_len == 1200 && !(wc.wc_flags & IBV_WC_WITH_IMM),
+	      "SEND of an SGE list: byte_len %u (want 1200) flags %#x", wc.byte_len, wc.wc_flags);
+	long i = check_pat(rb, 1200, 70);
+	CHECK(i < 0, "SEND of an SGE list: byte %ld differs", i);
+	if (expect_wc(E.wr_cq, &wc, 91, IBV_WC_RECV, "receive of the inline SEND_WITH_IMM"))
+		return -1;
+	CHECK(wc.byte_len == 40 && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(WR_IMM_SEND),
+	      "SEND_WITH_IMM of inline data: byte_len %u (want 40) flags %#x imm_data %#x (want %#x)", wc.byte_len,
+	      wc.wc_flags, be32toh(wc.imm_data), WR_IMM_SEND);
+	i = check_pat(rb + 4096, 40, 71);
+	CHECK(i < 0, "SEND_WITH_IMM of inline data: byte %ld differs", i);
+	if (poll_one(E.wr_cq, &wc, "the RDMA_WRITE_WITH_IMM's receive"))
+		return -1;
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 92 && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+		      (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(WR_IMM_WRITE),
+	      "RDMA_WRITE_WITH_IMM of an inline list: %s imm_data %#x; want wr_id 92 opcode %d imm_data %#x",
+	      wc_str(&wc, b, sizeof(b)), be32toh(wc.imm_data), IBV_WC_RECV_RDMA_WITH_IMM, WR_IMM_WRITE);
+	if (wc.byte_len == 0 && check_byte(idst, 40, GUARD) < 0) {
+		/* rdma-core 44's rdma_rxe leaves an inline list's length at 0. */
+		snprintf(note, sizeof(note), "the inline list's RDMA_WRITE_WITH_IMM arrived empty");
+	} else {
+		CHECK(wc.byte_len == 40, "RDMA_WRITE_WITH_IMM of an inline list: byte_len %u, want 40", wc.byte_len);
+		i = check_pat(idst, 40, 73);
+		CHECK(i < 0, "RDMA_WRITE_WITH_IMM of an inline list: byte %ld differs", i);
+	}
+	CHECK(check_byte(idst + 40, 16, GUARD) < 0 && check_byte(rb + 8192, 64, GUARD) < 0,
+	      "RDMA_WRITE_WITH_IMM of an inline list: bytes past the target, or the receive's buffer, were written");
+	if (expect_wc(E.wr_cq, &wc, 93, IBV_WC_RECV, "receive of the SEND after the aborted and failed batches"))
+		return -1;
+	i = check_pat(rb + 12288, 500, 77);
+	CHECK(wc.byte_len == 500 && i < 0,
+	      "the SEND after the aborted and failed batches: byte_len %u (want 500), byte %ld differs (a request "
+	      "of those batches arrived?)",
+	      wc.byte_len, i);
+	if (poll_none(E.wr_cq, 10, "after the four receives"))
+		return -1;
+	i = check_pat(wdst, wlen, 72);
+	CHECK(i < 0, "the unsignaled RDMA WRITE: byte %ld differs", i);
+	CHECK(check_byte(wdst - 16, 16, GUARD) < 0 && check_byte(wdst + wlen, 64, GUARD) < 0,
+	      "the unsignaled RDMA WRITE: bytes around the target were written");
+	i = check_byte(x, 1024, GUARD);
+	CHECK(i < 0, "byte %ld of the aborted and failed batches' target was written", i);
+	i = check_pat(E.mm + 20480, rlen, 74);
+	CHECK(i < 0, "byte %ld of the region read changed", i);
+	if (atomics) {
+		CHECK(target[0] == ATOM_SWAP + ATOM_ADD && target[-1] == ATOM_GUARD && target[1] == ATOM_GUARD,
+		      "the atomic target holds %#llx, want %#llx (or the words around it changed)",
+		      (unsigned long long)target[0], (unsigned long long)(ATOM_SWAP + ATOM_ADD));
+	}
+	return 0;
+}
+
+static const char *errname(int e)
+{
+	const char *s = strerrorname_np(e);
+	return s ? s : "?";
+}
+
+/* A batch that must fail at ibv_wr_complete: its error, or 0 with why set. */
+static int wr_must_fail(struct ibv_qp_ex *x, const char *what)
+{
+	int e = ibv_wr_complete(x);
+	if (e == 0)
+		failf("ibv_wr_complete of a batch with %s: 0, want an error", what);
+	return e;
+}
+
+/*
+ * Batches of the RC QP's operations the device refuses in send_ops_flags
+ * (case_create_qp_ex), for which the library still gives a function:
+ * each batch, a WRITE to the target x first, must fail.
+ */
+static int rc_wr_refused(struct ibv_qp_ex *x, uint64_t xaddr, char *refused, size_t n)
+{
+	static const struct {
+		const char *name;
+		uint64_t flag; /* 0: meaningless on RC whatever the device */
+		size_t fn;     /* the function's offset in struct ibv_qp_ex */
+	} ops[] = {
+		{"send_inv", IBV_QP_EX_WITH_SEND_WITH_INV, offsetof(struct ibv_qp_ex, wr_send_inv)},
+		{"local_inv", IBV_QP_EX_WITH_LOCAL_INV, offsetof(struct ibv_qp_ex, wr_local_inv)},
+		{"bind_mw", IBV_QP_EX_WITH_BIND_MW, offsetof(struct ibv_qp_ex, wr_bind_mw)},
+		{"atomic_write", IBV_QP_EX_WITH_ATOMIC_WRITE, offsetof(struct ibv_qp_ex, wr_atomic_write)},
+		{"send_tso", IBV_QP_EX_WITH_TSO, offsetof(struct ibv_qp_ex, wr_send_tso)},
+		{"set_xrc_srqn", 0, offsetof(struct ibv_qp_ex, wr_set_xrc_srqn)},
+	};
+	uint32_t lkey = E.buf_mr->lkey;
+	uint8_t *src = E.buf + 40000;
+	uint64_t atomic_wr = 0;
+	struct ibv_mw_bind_info bind = {.mr = E.buf_mr, .addr = (uintptr_t)E.buf, .length = 64,
+					.mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+	for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
+		void *fn;
+		memcpy(&fn, (const char *)x + ops[k].fn, sizeof(fn));
+		if (!fn || (ops[k].flag && !(E.wr_refused & ops[k].flag)))
+			continue;
+		ibv_wr_start(x);
+		x->wr_id = 130 + k;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(x, E.peer.buf_rkey, xaddr);
+		ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+		x->wr_id = 140 + k;
+		switch (k) {
+		case 0:
+			ibv_wr_send_inv(x, E.peer.ro_rkey);
+			ibv_wr_set_sge(x, lkey, (uintptr_t)src, 16);
+			break;
+		case 1:
+			ibv_wr_local_inv(x, E.buf_mr->rkey);
+			break;
+		case 2:
+			ibv_wr_bind_mw(x, NULL, 0x1234, &bind);
+			break;
+		case 3:
+			ibv_wr_atomic_write(x, E.peer.buf_rkey, E.peer.buf_addr + WR_ATOM_OFF, &atomic_wr);
+			break;
+		case 4:
+			ibv_wr_send_tso(x, src, 64, 1000);
+			ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+			break;
+		default:
+			ibv_wr_send(x);
+			ibv_wr_set_sge(x, lkey, (uintptr_t)src, 16);
+			ibv_wr_set_xrc_srqn(x, 1);
+			break;
+		}
+		char what[64];
+		snprintf(what, sizeof(what), "ibv_wr_%s", ops[k].name);
+		int e = wr_must_fail(x, what);
+		if (!e)
+			return -1;
+		size_t l = strlen(refused);
+		snprintf(refused + l, n - l, "%s%s %s", l ? ", " : "", ops[k].name, errname(e));
+	}
+	return 0;
+}
+
+/*
+ * The client's side of rc_wr_api: batches of several requests (an SGE
+ * list, inline data and an inline list, wr_id and wr_flags taken at
+ * each builder: one WRITE is unsignaled), READ and atomics, an aborted
+ * batch and batches that fail at ibv_wr_complete (too many SGEs, the
+ * operations refused), which post nothing, and a SEND after them.
+ */
+static int rc_wr_client(uint32_t wlen, uint32_t rlen, int atomics)
+{
+	struct ibv_qp_ex *x = E.wr_rc;
+	uint64_t rkey = E.peer.buf_rkey, xaddr = E.peer.buf_addr + 49152;
+	uint32_t lkey = E.buf_mr->lkey;
+	struct ibv_wc wc;
+	uint8_t whole[1200], inl[40], ia[24], ib[16];
+	fill(whole, 1200, 70);
+	memcpy(E.buf, whole, 600);
+	memcpy(E.mm, whole + 600, 600);
+	fill(inl, 40, 71);
+	fill(E.mm + 4096, wlen, 72);
+	uint8_t li[40];
+	fill(li, 40, 73);
+	memcpy(ia, li, 24);
+	memcpy(ib, li + 24, 16);
+
+	/* One batch: SEND (an SGE list), SEND_WITH_IMM (inline), WRITE (unsignaled), WRITE_WITH_IMM (an inline list). */
+	ibv_wr_start(x);
+	x->wr_id = 100;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	/* Of one length: rdma-core 44's rdma_rxe takes a list's length as its count times the first's. */
+	struct ibv_sge sl[2] = {{(uintptr_t)E.buf, 600, lkey}, {(uintptr_t)E.mm, 600, E.mm_mr->lkey}};
+	ibv_wr_set_sge_list(x, 2, sl);
+	x->wr_id = 101;
+	/* IBV_SEND_INLINE beside the inline setters: rdma_rxe's kernel side reads the flag. */
+	x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_send_imm(x, htobe32(WR_IMM_SEND));
+	ibv_wr_set_inline_data(x, inl, sizeof(inl));
+	memset(inl, 0, sizeof(inl)); /* the setter took the bytes */
+	x->wr_id = 102;
+	x->wr_flags = 0;
+	ibv_wr_rdma_write(x, rkey, E.peer.buf_addr + 16384);
+	ibv_wr_set_sge(x, E.mm_mr->lkey, (uintptr_t)(E.mm + 4096), wlen);
+	x->wr_id = 103;
+	x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_rdma_write_imm(x, rkey, E.peer.buf_addr + 32768, htobe32(WR_IMM_WRITE));
+	struct ibv_data_buf dl[2] = {{ia, sizeof(ia)}, {ib, sizeof(ib)}};
+	ibv_wr_set_inline_data_list(x, 2, dl);
+	memset(ia, 0, sizeof(ia));
+	memset(ib, 0, sizeof(ib));
+	int e = ibv_wr_complete(x);
+	CHECK(e == 0, "ibv_wr_complete of SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM: %s", strerror(e));
+	if (expect_wc(E.wr_cq, &wc, 100, IBV_WC_SEND, "the SEND of an SGE list") ||
+	    expect_wc(E.wr_cq, &wc, 101, IBV_WC_SEND, "the inline SEND_WITH_IMM") ||
+	    expect_wc(E.wr_cq, &wc, 103, IBV_WC_RDMA_WRITE, "the RDMA_WRITE_WITH_IMM (102 is unsignaled)") ||
+	    poll_none(E.wr_cq, 10, "after the first batch"))
+		return -1;
+
+	/* READ and the atomics, in one batch. */
+	uint8_t *rdst = E.buf + 16384;
+	uint64_t *res = (uint64_t *)(E.buf + 32768);
+	memset(rdst, GUARD, rlen + 64);
+	res[0] = res[1] = ATOM_GUARD;
+	ibv_wr_start(x);
+	x->wr_id = 104;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(x, E.peer.mm_rkey, E.peer.mm_addr + 20480);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)rdst, rlen);
+	if (atomics) {
+		x->wr_id = 105;
+		ibv_wr_atomic_cmp_swp(x, rkey, E.peer.buf_addr + WR_ATOM_OFF, ATOM_INIT, ATOM_SWAP);
+		ibv_wr_set_sge(x, lkey, (uintptr_t)&res[0], 8);
+		x->wr_id = 106;
+		ibv_wr_atomic_fetch_add(x, rkey, E.peer.buf_addr + WR_ATOM_OFF, ATOM_ADD);
+		ibv_wr_set_sge(x, lkey, (uintptr_t)&res[1], 8);
+	}
+	e = ibv_wr_complete(x);
+	CHECK(e == 0, "ibv_wr_complete of READ%s: %s", atomics ? " and the atomics" : "", strerror(e));
+	if (expect_wc(E.wr_cq, &wc, 104, IBV_WC_RDMA_READ, "the READ"))
+		return -1;
+	CHECK(wc.byte_len == rlen, "the READ: byte_len %u, want %u", wc.byte_len, rlen);
+	long i = check_pat(rdst, rlen, 74);
+	CHECK(i < 0, "byte %ld read differs", i);
+	CHECK(check_byte(rdst + rlen, 64, GUARD) < 0, "bytes past the READ's buffer were written");
+	if (atomics) {
+		if (expect_wc(E.wr_cq, &wc, 105, IBV_WC_COMP_SWAP, "the compare and swap") ||
+		    expect_wc(E.wr_cq, &wc, 106, IBV_WC_FETCH_ADD, "the fetch and add"))
+			return -1;
+		CHECK(res[0] == ATOM_INIT && res[1] == ATOM_SWAP,
+		      "compare and swap returned %#llx (want %#llx), fetch and add %#llx (want %#llx)",
+		      (unsigned long long)res[0], (unsigned long long)ATOM_INIT, (unsigned long long)res[1],
+		      (unsigned long long)ATOM_SWAP);
+	}
+	if (poll_none(E.wr_cq, 10, "after the second batch"))
+		return -1;
+
+	/* An aborted batch posts nothing. */
+	uint8_t *src = E.buf + 40000;
+	fill(src, 256, 75);
+	ibv_wr_start(x);
+	x->wr_id = 120;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, rkey, xaddr);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+	x->wr_id = 121;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+	ibv_wr_abort(x);
+	if (poll_none(E.wr_cq, 20, "after ibv_wr_abort"))
+		return -1;
+
+	/* A request with too many SGEs fails its batch at ibv_wr_complete: nothing is posted. */
+	fill(src, 256, 76);
+	uint32_t nsge = E.wr_cap.max_send_sge + 1;
+	struct ibv_sge *many = calloc(nsge, sizeof(*many));
+	CHECK(many, "calloc");
+	for (uint32_t k = 0; k < nsge; k++)
+		many[k] = (struct ibv_sge){.addr = (uintptr_t)src, .length = 16, .lkey = lkey};
+	ibv_wr_start(x);
+	x->wr_id = 122;
+	ibv_wr_rdma_write(x, rkey, xaddr);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+	x->wr_id = 123;
+	ibv_wr_send(x);
+	ibv_wr_set_sge_list(x, nsge, many);
+	x->wr_id = 124;
+	ibv_wr_rdma_write(x, rkey, xaddr + 512);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)src, 256);
+	char what[64];
+	snprintf(what, sizeof(what), "%u SGEs (max_send_sge %u)", nsge, E.wr_cap.max_send_sge);
+	e = wr_must_fail(x, what);
+	free(many);
+	if (!e)
+		return -1;
+	char refused[200] = "";
+	if (rc_wr_refused(x, xaddr, refused, sizeof(refused)))
+		return -1;
+	if (poll_none(E.wr_cq, 20, "after the failed batches"))
+		return -1;
+	snprintf(note, sizeof(note), "a batch with %s: %s%s%s", what, errname(e), refused[0] ? "; refused: " : "",
+		 refused);
+
+	/* The queue still takes requests. */
+	fill(E.buf + 44000, 500, 77);
+	ibv_wr_start(x);
+	x->wr_id = 107;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, lkey, (uintptr_t)(E.buf + 44000), 500);
+	e = ibv_wr_complete(x);
+	CHECK(e == 0, "ibv_wr_complete of a SEND after the failed batches: %s", strerror(e));
+	return expect_wc(E.wr_cq, &wc, 107, IBV_WC_SEND, "the SEND after the failed batches");
+}
+
+static int case_rc_wr_api(void)
+{
+	const char *skip = wr_skipped();
+	if (skip) {
+		snprintf(why, sizeof(why), "%s", skip);
+		return 1;
+	}
+	int atomics = E.attr.atomic_cap != IBV_ATOMIC_NONE && E.peer.atomic_cap != IBV_ATOMIC_NONE;
+	uint32_t wlen = 3 * E.mtu_bytes + 5, rlen = 2 * E.mtu_bytes + 11;
+	if (server) {
+		memset(E.mm, GUARD, 16384);
+		memset(E.buf + 16384 - 16, GUARD, wlen + 80);
+		memset(E.buf + 32768, GUARD, 64);
+		memset(E.buf + 49152, GUARD, 1024);
+		fill(E.mm + 20480, rlen, 74);
+		uint64_t *target = (uint64_t *)(E.buf + WR_ATOM_OFF);
+		target[0] = ATOM_INIT;
+		target[-1] = target[1] = ATOM_GUARD;
+		int e = 0;
+		for (int k = 0; k < 4 && !e; k++)
+			e = post_recv(E.qp[Q_WR], E.mm + 4096 * k, 2048, E.mm_mr->lkey, 90 + k);
+		sync_peer(1);
+		sync_peer(1); /* the client's batches are done */
+		if (e)
+			return failf("ibv_post_recv: %s", strerror(e));
+		int r = rc_wr_server(wlen, rlen, atomics);
+		if (r == 0 && !atomics) {
+			size_t l = strlen(note);
+			snprintf(note + l, sizeof(note) - l, "%sa device has no atomics: not run", l ? "; " : "");
+		}
+		return r;
+	}
+	sync_peer(1);
+	int r = E.wr_rc ? rc_wr_client(wlen, rlen, atomics) : failf("no struct ibv_qp_ex (see create_qp_ex)");
+	sync_peer(1);
+	return r;
+}
+
+/* Datagrams through ibv_wr_set_ud_addr, with an SGE and with inline data (SEND_WITH_IMM). */
+static int case_ud_wr_api(void)
+{
+	const char *skip = wr_skipped();
+	if (skip) {
+		snprintf(why, sizeof(why), "%s", skip);
+		return 1;
+	}
+	uint32_t len = E.mtu_bytes;
+	struct ibv_wc wc;
+	if (server) {
+		uint8_t *rb = E.mm + 32768;
+		memset(rb, GUARD, 16384);
+		int e = post_recv(E.ud_wr, rb, 40 + len, E.mm_mr->lkey, 94);
+		if (!e)
+			e = post_recv(E.ud_wr, rb + 8192, 40 + 64, E.mm_mr->lkey, 95);
+		sync_peer(1);
+		sync_peer(1);
+		if (e)
+			return failf("ibv_post_recv (UD): %s", strerror(e));
+		uint32_t src = (uint32_t)E.peer.ud_wr_qpn;
+		if (datagram_check(E.wr_cq, E.ud_wr, src, &wc, 94, rb, len, 80))
+			return -1;
+		CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM), "the first datagram: flags %#x", wc.wc_flags);
+		if (datagram_check(E.wr_cq, E.ud_wr, src, &wc, 95, rb + 8192, 40, 81))
+			return -1;
+		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(WR_IMM_UD),
+		      "the inline datagram: flags %#x imm_data %#x, want %#x", wc.wc_flags, be32toh(wc.imm_data),
+		      WR_IMM_UD);
+		return poll_none(E.wr_cq, 20, "after the datagrams");
+	}
+	struct ibv_qp_ex *x = E.wr_ud;
+	uint8_t *sb = E.buf + 48000, inl[40];
+	fill(sb, len, 80);
+	fill(inl, sizeof(inl), 81);
+	sync_peer(1);
+	if (!x) {
+		sync_peer(1);
+		return failf("no struct ibv_qp_ex (see create_qp_ex)");
+	}
+	ibv_wr_start(x);
+	x->wr_id = 110;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_ud_addr(x, E.ah, (uint32_t)E.peer.ud_wr_qpn, QKEY);
+	ibv_wr_set_sge(x, E.buf_mr->lkey, (uintptr_t)sb, len);
+	x->wr_id = 111;
+	x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_send_imm(x, htobe32(WR_IMM_UD));
+	ibv_wr_set_inline_data(x, inl, sizeof(inl));
+	ibv_wr_set_ud_addr(x, E.ah, (uint32_t)E.peer.ud_wr_qpn, QKEY);
+	memset(inl, 0, sizeof(inl));
+	int e = ibv_wr_complete(x);
+	int r = e ? failf("ibv_wr_complete of two datagrams: %s", strerror(e)) : 0;
+	if (r == 0)
+		r = expect_wc(E.wr_cq, &wc, 110, IBV_WC_SEND, "the datagram");
+	if (r == 0)
+		r = expect_wc(E.wr_cq, &wc, 111, IBV_WC_SEND, "the inline datagram");
+	sync_peer(1);
 	return r;
 }
 
@@ -1934,10 +2494,11 @@ static int case_destroy(void)
 	for (int i = 0; i < NQP; i++)
 		CHECK((e = ibv_destroy_qp(E.qp[i])) == 0, "ibv_destroy_qp %d: %s", i, strerror(e));
 	CHECK((e = ibv_destroy_qp(E.ud)) == 0, "ibv_destroy_qp (UD): %s", strerror(e));
+	CHECK((e = ibv_destroy_qp(E.ud_wr)) == 0, "ibv_destroy_qp (UD, ibv_wr_* API): %s", strerror(e));
 	e = ibv_dealloc_pd(E.pd);
 	CHECK(e == EBUSY, "ibv_dealloc_pd of a PD with an SRQ and MRs: %s, want EBUSY", strerror(e));
 	CHECK((e = ibv_destroy_srq(E.srq)) == 0, "ibv_destroy_srq: %s", strerror(e));
-	struct ibv_cq *cqs[] = {E.cq, E.ev_cq, E.srq_cq, E.err_cq, E.ud_cq, E.local_cq};
+	struct ibv_cq *cqs[] = {E.cq, E.ev_cq, E.srq_cq, E.err_cq, E.ud_cq, E.local_cq, E.wr_cq};
 	for (size_t i = 0; i < sizeof(cqs) / sizeof(cqs[0]); i++)
 		CHECK((e = ibv_destroy_cq(cqs[i])) == 0, "ibv_destroy_cq %zu: %s", i, strerror(e));
 	CHECK((e = ibv_destroy_comp_channel(E.ch)) == 0, "ibv_destroy_comp_channel: %s", strerror(e));
@@ -2069,6 +2630,7 @@ int main(int argc, char **argv)
 	SETUP("create_cq", case_create_cq());
 	SETUP("create_srq", case_create_srq());
 	SETUP("create_qp", case_create_qp());
+	RUN("create_qp_ex", case_create_qp_ex());
 	RUN("modify_qp_rules", case_modify_qp_rules());
 	RUN("flush", case_flush());
 	RUN("recv_queue_full", case_recv_queue_full());
@@ -2082,7 +2644,10 @@ int main(int argc, char **argv)
 		me.psn[i] = E.psn[i];
 	}
 	E.ud_psn = lrand48() & 0xffffff;
+	E.ud_wr_psn = lrand48() & 0xffffff;
 	me.ud_qpn = E.ud->qp_num;
+	me.ud_wr_qpn = E.ud_wr->qp_num;
+	me.wr_api = !E.wr_skip[0];
 	me.buf_addr = (uintptr_t)E.buf, me.buf_rkey = E.buf_mr->rkey;
 	me.mm_addr = (uintptr_t)E.mm, me.mm_rkey = E.mm_mr->rkey;
 	me.iova = IOVA_BASE, me.iova_rkey = E.iova_mr->rkey;
@@ -2116,6 +2681,8 @@ int main(int argc, char **argv)
 	RUN("rc_atomic_fadd", case_rc_atomic(1));
 	RUN("srq", case_srq());
 	RUN("ud", case_ud());
+	RUN("rc_wr_api", case_rc_wr_api());
+	RUN("ud_wr_api", case_ud_wr_api());
 	RUN("rc_bad_rkey", case_rc_remote_error(Q_BAD_RKEY));
 	RUN("rc_no_remote_write", case_rc_remote_error(Q_NO_WRITE));
 	RUN("rc_read_out_of_bounds", case_rc_remote_error(Q_BOUNDS));

@@ -61,6 +61,10 @@ func TestStockTools(t *testing.T) {
 			pp := [][]string{
 				{"ibv_rc_pingpong", "-n", "200", "-s", "4096"},
 				{"ibv_rc_pingpong", "-e", "-n", "100", "-s", "10000"},
+				// -N: the ibv_wr_* API (ibv_create_qp_ex with send_ops_flags,
+				// ibv_qp_to_qp_ex, ibv_wr_send and ibv_wr_set_sge).
+				{"ibv_rc_pingpong", "-N", "-n", "200", "-s", "4096"},
+				{"ibv_rc_pingpong", "-N", "-e", "-n", "100", "-s", "64"},
 				{"ibv_uc_pingpong", "-n", "200", "-s", "4097"},
 				{"ibv_ud_pingpong", "-n", "200", "-s", m},
 				{"ibv_ud_pingpong", "-e", "-n", "100", "-s", "1"},
@@ -86,11 +90,15 @@ func TestStockTools(t *testing.T) {
 					}
 				}
 			}
+			// perftest takes the ibv_wr_* API only for the mlx5 and EFA
+			// parts it knows by vendor_part_id: on uroce it reports
+			// "ibv_wr* API : OFF" and posts with ibv_post_send.
 			perf := [][]string{
 				{"ib_write_bw", "-n", "2000", "-s", "65536"},
 				{"ib_write_bw", "-a", "-n", "50"},
 				{"ib_read_bw", "-n", "1000", "-s", "65536"},
 				{"ib_send_bw", "-n", "1000", "-s", "65536"},
+				{"ib_send_bw", "-c", "UD", "-n", "1000", "-s", m},
 				{"ib_atomic_bw", "-n", "2000"},
 				{"ib_write_lat", "-n", "500", "-s", "64"},
 				{"ib_read_lat", "-n", "500", "-s", "64"},
