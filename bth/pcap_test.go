@@ -2,57 +2,20 @@ package bth
 
 import (
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
 // sharedPcaps returns the reference captures beside the repository, or
 // skips the test when they are absent.
 func sharedPcaps(t *testing.T) []string {
-	t.Helper()
-	dir := filepath.Join("..", "..", "shared", "pcaps")
-	var files []string
-	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() && (strings.HasSuffix(path, ".pcap") || strings.HasSuffix(path, ".pcapng")) {
-			files = append(files, path)
-		}
-		return nil
-	})
-	if len(files) == 0 {
-		t.Skipf("no reference captures in %s", dir)
-	}
-	return files
+	return pcaptest.Shared(t, filepath.Join("..", "..", "shared", "pcaps"), false)
 }
 
-func readFrames(t *testing.T, path string) [][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var frames [][]byte
-	for {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		frames = append(frames, append([]byte(nil), data...))
-	}
-	return frames
-}
+func readFrames(t *testing.T, path string) [][]byte { return pcaptest.ReadFrames(t, path) }
 
 // TestSharedPcapsICRC checks every RoCE packet of the reference captures:
 // it parses, its ICRC verifies with the fast and the naive code (except in

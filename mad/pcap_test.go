@@ -2,16 +2,11 @@ package mad
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 
 	"github.com/uroce/uroce/bth"
 )
@@ -21,45 +16,9 @@ var sharedDir = filepath.Join("..", "..", "shared", "pcaps")
 
 // sharedPcaps returns the reference captures, or skips the test when
 // they are absent.
-func sharedPcaps(t *testing.T) []string {
-	t.Helper()
-	var files []string
-	filepath.Walk(sharedDir, func(path string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() && strings.HasSuffix(path, ".pcap") {
-			files = append(files, path)
-		}
-		return nil
-	})
-	if len(files) == 0 {
-		t.Skipf("no reference captures in %s", sharedDir)
-	}
-	sort.Strings(files)
-	return files
-}
+func sharedPcaps(t *testing.T) []string { return pcaptest.Shared(t, sharedDir, true) }
 
-func readFrames(t *testing.T, path string) [][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var frames [][]byte
-	for {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		frames = append(frames, append([]byte(nil), data...))
-	}
-}
+func readFrames(t *testing.T, path string) [][]byte { return pcaptest.ReadFrames(t, path) }
 
 // capturedMAD is a MAD found in a capture.
 type capturedMAD struct {

@@ -2,17 +2,16 @@ package rocelayer
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
+
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/bth"
 )
@@ -95,29 +94,7 @@ func TestDecodeTruncated(t *testing.T) {
 }
 
 // readPcap returns the frames of a capture file.
-func readPcap(t *testing.T, path string) [][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var frames [][]byte
-	for {
-		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		frames = append(frames, bytes.Clone(data))
-	}
-}
+func readPcap(t *testing.T, path string) [][]byte { return pcaptest.ReadFrames(t, path) }
 
 // Capture folders: the committed captures of uroce against rdma_rxe, and
 // the reference captures beside the repository (not always present).

@@ -5,8 +5,12 @@ package pcaptest
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +94,49 @@ func writeFile(tb testing.TB, name string, data []byte) string {
 		tb.Fatal(err)
 	}
 	return path
+}
+
+// Shared lists the capture files (.pcap, and .pcapng unless pcapOnly)
+// below dir, sorted, or skips the test when there are none: the
+// reference captures beside the repository are data, not part of it.
+func Shared(t testing.TB, dir string, pcapOnly bool) []string {
+	t.Helper()
+	var files []string
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && (strings.HasSuffix(path, ".pcap") || !pcapOnly && strings.HasSuffix(path, ".pcapng")) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if len(files) == 0 {
+		t.Skipf("no reference captures in %s", dir)
+	}
+	sort.Strings(files)
+	return files
+}
+
+// ReadFrames returns copies of the frames of the classic pcap file at
+// path, failing the test on a damaged one.
+func ReadFrames(t testing.TB, path string) [][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var frames [][]byte
+	for {
+		data, _, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return frames
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		frames = append(frames, bytes.Clone(data))
+	}
 }
