@@ -35,14 +35,14 @@ func BenchmarkVeth(b *testing.B) {
 	}
 	for _, path := range paths {
 		if path == "daemon" {
-			n.start(0)
-			n.start(1)
+			n.Start(0)
+			n.Start(1)
 		}
 		for k, tl := range tools {
 			b.Run(tl.name+"/"+path, func(b *testing.B) {
 				port := strconv.Itoa(18700 + k)
 				srvArgs := append(append([]string{}, tl.args...), "-p", port)
-				cliArgs := append(append([]string{}, tl.args...), "-p", port, n.ip[0].String())
+				cliArgs := append(append([]string{}, tl.args...), "-p", port, n.IP[0].String())
 				var srv, cli *run
 				switch {
 				case path == "libibverbs":
@@ -62,9 +62,9 @@ func BenchmarkVeth(b *testing.B) {
 					time.Sleep(300 * time.Millisecond)
 					cli = n.launch(1, append(cliArgs, daemonFlag(n, 1))...)
 				default:
-					srv = n.launchRoot(0, append(srvArgs, "-d", n.dev[0], "--xdp-mode", "generic")...)
+					srv = n.launchRoot(0, append(srvArgs, "-d", n.Dev[0], "--xdp-mode", "generic")...)
 					time.Sleep(500 * time.Millisecond)
-					cli = n.launchRoot(1, append(cliArgs, "-d", n.dev[1], "--xdp-mode", "generic")...)
+					cli = n.launchRoot(1, append(cliArgs, "-d", n.Dev[1], "--xdp-mode", "generic")...)
 				}
 				for _, r := range []*run{cli, srv} {
 					if err := r.wait(b, 5*time.Minute); err != nil {
@@ -84,10 +84,10 @@ func BenchmarkVeth(b *testing.B) {
 // launchRoot runs a uroce tool in namespace i as root (it opens the
 // interface itself).
 func (n *net2) launchRoot(i int, args ...string) *run {
-	r := &run{cmd: exec.Command("ip", append([]string{"netns", "exec", n.ns[i].Name(), uroceBin}, args...)...)}
+	r := &run{cmd: exec.Command("ip", append([]string{"netns", "exec", n.NS[i].Name(), uroceBin}, args...)...)}
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	if err := r.cmd.Start(); err != nil {
-		n.t.Fatal(err)
+		n.T.Fatal(err)
 	}
 	return r
 }

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +21,8 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/client"
-	"github.com/uroce/uroce/internal/netns"
-	"github.com/uroce/uroce/internal/netns/netnstest"
 	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/test/daemontest"
 )
 
 var uroceBin string
@@ -75,122 +73,21 @@ func TestMain(m *testing.M) {
 }
 
 // net2 is two namespaces joined by a veth pair, each end with a daemon.
-type net2 struct {
-	t      testing.TB
-	ns     [2]*netns.Namespace
-	dev    [2]string
-	ip     [2]netip.Addr
-	dir    string
-	socket [2]string
-	d      [2]*exec.Cmd
-	logs   [2]*bytes.Buffer
-}
+type net2 struct{ *daemontest.Net }
 
 func newNet(t *testing.T, mtu int) *net2 { return newNetDaemons(t, mtu, true) }
 
 // newNetDaemons is newNet, with the daemons started or not.
 func newNetDaemons(t testing.TB, mtu int, daemons bool) *net2 {
 	t.Helper()
-	netnstest.RequireAFXDP(t)
-	n := &net2{t: t, dev: [2]string{"va", "vb"}, ip: [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}}
-	n.ns[0], n.ns[1] = netnstest.New(t, "udA"), netnstest.New(t, "udB")
-	if err := netns.AddVeth(n.ns[0], n.dev[0], n.ns[1], n.dev[1], 1); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n.ns {
-		if err := n.ns[i].SetMTU(n.dev[i], mtu); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ns[i].AddAddr(n.dev[i], netip.PrefixFrom(n.ip[i], 24)); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ns[i].SetUp(n.dev[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The clients run as nobody: the sockets' directory must be theirs
-	// to reach (t.TempDir's parent is not).
-	dir, err := os.MkdirTemp("", "uroce-daemon-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	n.dir = dir
-	for i := range n.socket {
-		n.socket[i] = filepath.Join(n.dir, fmt.Sprintf("uroce%d.sock", i))
-		if daemons {
-			n.start(i)
-		}
-	}
-	t.Cleanup(func() {
-		for i := range n.d {
-			n.stop(i)
-		}
-		if t.Failed() {
-			for i := range n.logs {
-				if n.logs[i] != nil {
-					t.Logf("daemon %d:\n%s", i, n.logs[i].String())
-				}
-			}
-		}
-	})
-	return n
-}
-
-// start runs daemon i and waits until it answers.
-func (n *net2) start(i int) {
-	n.t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.ns[i].Name(), uroceBin, "daemon", "-d", n.dev[i],
-		"--socket", n.socket[i], "--xdp-mode", "generic", "--log-level", "debug", "--group", "nogroup")
-	if n.logs[i] == nil {
-		n.logs[i] = &bytes.Buffer{}
-	}
-	cmd.Stdout, cmd.Stderr = n.logs[i], n.logs[i]
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	n.d[i] = cmd
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := client.Open(context.Background(), n.socket[i])
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("daemon %d does not answer: %v\n%s", i, err, n.logs[i])
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop stops daemon i with SIGTERM and waits for it.
-func (n *net2) stop(i int) error {
-	cmd := n.d[i]
-	if cmd == nil {
-		return nil
-	}
-	n.d[i] = nil
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("daemon %d did not stop on SIGTERM", i)
-	}
+	return &net2{daemontest.New(t, daemontest.Config{Bin: uroceBin, MTU: mtu, Names: [2]string{"udA", "udB"},
+		Addrs: [2]string{"192.0.2.1", "192.0.2.2"}, NoStart: !daemons, LogLevel: "debug"})}
 }
 
 // tool runs a uroce tool on daemon i, in its namespace (for the TCP
 // exchange), as user nobody: clients need no privilege.
 func (n *net2) tool(i int, args ...string) *exec.Cmd {
-	full := append([]string{"netns", "exec", n.ns[i].Name(), "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, args...)
-	cmd := exec.Command("ip", full...)
-	return cmd
+	return n.AsNobody(i, append([]string{uroceBin}, args...)...)
 }
 
 // run runs a server and a client tool and returns their outputs.
@@ -203,7 +100,7 @@ func (n *net2) launch(i int, args ...string) *run {
 	r := &run{cmd: n.tool(i, args...)}
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	if err := r.cmd.Start(); err != nil {
-		n.t.Fatal(err)
+		n.T.Fatal(err)
 	}
 	return r
 }
@@ -224,20 +121,20 @@ func (r *run) wait(t testing.TB, limit time.Duration) error {
 }
 
 func (n *net2) stat(i int) proto.Stat {
-	n.t.Helper()
-	c, err := client.Open(context.Background(), n.socket[i])
+	n.T.Helper()
+	c, err := client.Open(context.Background(), n.Socket[i])
 	if err != nil {
-		n.t.Fatal(err)
+		n.T.Fatal(err)
 	}
 	defer c.Close()
 	st, err := c.Stat(0)
 	if err != nil {
-		n.t.Fatal(err)
+		n.T.Fatal(err)
 	}
 	return *st
 }
 
-func daemonFlag(n *net2, i int) string { return "--daemon=" + n.socket[i] }
+func daemonFlag(n *net2, i int) string { return "--daemon=" + n.Socket[i] }
 
 // TestClientsAtOnce: two pairs of unprivileged clients at once, on the
 // two daemons, each pair over its own QPs: pingpong and perftest.
@@ -246,8 +143,8 @@ func TestClientsAtOnce(t *testing.T) {
 	s1 := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18601", "-n", "500", "-s", "4096", "--verify")
 	s2 := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18602", "-s", "65536", "-n", "2000")
 	time.Sleep(300 * time.Millisecond)
-	c1 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18601", "-n", "500", "-s", "4096", "--verify", n.ip[0].String())
-	c2 := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18602", "-s", "65536", "-n", "2000", n.ip[0].String())
+	c1 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18601", "-n", "500", "-s", "4096", "--verify", n.IP[0].String())
+	c2 := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18602", "-s", "65536", "-n", "2000", n.IP[0].String())
 	for _, r := range []*run{c1, c2, s1, s2} {
 		if err := r.wait(t, 2*time.Minute); err != nil {
 			t.Errorf("%v: %v\n%s", r.cmd.Args[5:], err, r.out.String())
@@ -270,8 +167,8 @@ func TestKilledClient(t *testing.T) {
 	victimS := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18611", "-s", "65536", "-n", "100000000")
 	otherS := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18612", "-n", "3000", "--verify")
 	time.Sleep(300 * time.Millisecond)
-	victimC := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18611", "-s", "65536", "-n", "100000000", n.ip[0].String())
-	otherC := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18612", "-n", "3000", "--verify", n.ip[0].String())
+	victimC := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18611", "-s", "65536", "-n", "100000000", n.IP[0].String())
+	otherC := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18612", "-n", "3000", "--verify", n.IP[0].String())
 	// Let the transfer run, then kill its writer.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -316,7 +213,7 @@ func TestDaemonRestart(t *testing.T) {
 	n := newNet(t, 1500)
 	s := n.launch(0, "perf", "write", daemonFlag(n, 0), "-p", "18621", "-s", "65536", "-n", "100000000")
 	time.Sleep(300 * time.Millisecond)
-	c := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18621", "-s", "65536", "-n", "100000000", n.ip[0].String())
+	c := n.launch(1, "perf", "write", daemonFlag(n, 1), "-p", "18621", "-s", "65536", "-n", "100000000", n.IP[0].String())
 	deadline := time.Now().Add(30 * time.Second)
 	for n.stat(1).Device.Counters["sent_pkts"] < 1000 {
 		if time.Now().After(deadline) {
@@ -324,10 +221,10 @@ func TestDaemonRestart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := n.stop(1); err != nil {
-		t.Fatalf("stopping daemon 1: %v\n%s", err, n.logs[1])
+	if err := n.Stop(1); err != nil {
+		t.Fatalf("stopping daemon 1: %v\n%s", err, n.Log(1))
 	}
-	if _, err := os.Stat(n.socket[1]); !os.IsNotExist(err) {
+	if _, err := os.Stat(n.Socket[1]); !os.IsNotExist(err) {
 		t.Errorf("socket left after the daemon stopped: %v", err)
 	}
 	if err := c.wait(t, time.Minute); err == nil {
@@ -336,29 +233,27 @@ func TestDaemonRestart(t *testing.T) {
 	s.wait(t, 2*time.Minute) // its peer vanished: it fails too, or ends, but must not hang
 	// Started again, the daemon serves new clients (the XDP program and
 	// the queues were released).
-	n.start(1)
+	n.Start(1)
 	s2 := n.launch(0, "pingpong", daemonFlag(n, 0), "-p", "18622", "-n", "200")
 	time.Sleep(300 * time.Millisecond)
-	c2 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18622", "-n", "200", n.ip[0].String())
+	c2 := n.launch(1, "pingpong", daemonFlag(n, 1), "-p", "18622", "-n", "200", n.IP[0].String())
 	for _, r := range []*run{c2, s2} {
 		if err := r.wait(t, time.Minute); err != nil {
 			t.Errorf("after the restart: %v\n%s", err, r.out.String())
 		}
 	}
 	// kill -9 of a daemon: the next one comes up cleanly too.
-	n.d[1].Process.Signal(syscall.SIGKILL)
-	n.d[1].Wait()
-	n.d[1] = nil
-	n.start(1)
+	n.Kill(1)
+	n.Start(1)
 }
 
 // TestSecondDaemonRefused: one daemon per interface, and the message
 // names the one that runs.
 func TestSecondDaemonRefused(t *testing.T) {
 	n := newNet(t, 1500)
-	out, err := exec.Command("ip", "netns", "exec", n.ns[0].Name(), uroceBin, "daemon", "-d", n.dev[0],
-		"--socket", n.socket[0]+".2").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "already runs on "+n.dev[0]) || !strings.Contains(string(out), "pid") {
+	out, err := exec.Command("ip", "netns", "exec", n.NS[0].Name(), uroceBin, "daemon", "-d", n.Dev[0],
+		"--socket", n.Socket[0]+".2").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already runs on "+n.Dev[0]) || !strings.Contains(string(out), "pid") {
 		t.Fatalf("second daemon: %v: %s", err, out)
 	}
 }
@@ -368,21 +263,21 @@ func TestSecondDaemonRefused(t *testing.T) {
 // the socket's permissions would let it connect.
 func TestClientRefused(t *testing.T) {
 	n := newNet(t, 1500)
-	if err := os.Chmod(n.socket[0], 0o666); err != nil {
+	if err := os.Chmod(n.Socket[0], 0o666); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("setpriv", "--reuid=1", "--regid=1", "--clear-groups", uroceBin, "stat", "--socket", n.socket[0]).CombinedOutput()
+	out, err := exec.Command("setpriv", "--reuid=1", "--regid=1", "--clear-groups", uroceBin, "stat", "--socket", n.Socket[0]).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "uid 1 may not use uroce0") || !strings.Contains(string(out), "group nogroup") {
 		t.Fatalf("client of uid 1: %v: %s", err, out)
 	}
 	// As nobody, in the daemon's group, it is let in.
-	if out, err := n.tool(0, "stat", "--socket", n.socket[0]).CombinedOutput(); err != nil {
+	if out, err := n.tool(0, "stat", "--socket", n.Socket[0]).CombinedOutput(); err != nil {
 		t.Fatalf("client in the group: %v: %s", err, out)
 	}
-	if err := n.stop(0); err != nil {
+	if err := n.Stop(0); err != nil {
 		t.Fatal(err)
 	}
-	if log := n.logs[0].String(); !strings.Contains(log, "client refused") || !strings.Contains(log, "uid 1 may not use") {
+	if log := n.Log(0); !strings.Contains(log, "client refused") || !strings.Contains(log, "uid 1 may not use") {
 		t.Fatalf("the daemon's log does not tell:\n%s", log)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // stockTool runs PROGRAM ARGS on daemon i through `uroce run`.
 func (n *net2) stockTool(i int, args ...string) *run {
-	return n.launch(i, append([]string{"run", "--socket", n.socket[i], "--"}, args...)...)
+	return n.launch(i, append([]string{"run", "--socket", n.Socket[i], "--"}, args...)...)
 }
 
 // stockPair runs a stock server on end 0 and its client on end 1, the
@@ -24,7 +24,7 @@ func (n *net2) stockPair(t *testing.T, args ...string) (srv, cli *run) {
 	srv = n.stockTool(0, args...)
 	for tries := 0; ; tries++ {
 		time.Sleep(200 * time.Millisecond)
-		cli = n.stockTool(1, append(append([]string{}, args...), n.ip[0].String())...)
+		cli = n.stockTool(1, append(append([]string{}, args...), n.IP[0].String())...)
 		err := cli.wait(t, 2*time.Minute)
 		if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
 			if err != nil {

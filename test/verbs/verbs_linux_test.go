@@ -17,19 +17,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/uroce/uroce/internal/netns"
-	"github.com/uroce/uroce/internal/netns/netnstest"
-	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/test/daemontest"
 )
 
 // What TestMain builds: dir/uroce, dir/lib/uroce (uroce's libraries, where
@@ -105,154 +101,24 @@ var cases = strings.Fields(`device_list open_device query_device query_port quer
 
 const serverOnly = "cq_event"
 
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // net2 is two namespaces joined by a veth pair, each end with a daemon.
-type net2 struct {
-	t      *testing.T
-	ns     [2]*netns.Namespace
-	dev    [2]string
-	ip     [2]netip.Addr
-	socket [2]string
-	d      [2]*exec.Cmd
-	logs   [2]*syncBuffer
-}
+type net2 struct{ *daemontest.Net }
 
 func newNet(t *testing.T, mtu int) *net2 {
 	t.Helper()
-	netnstest.RequireAFXDP(t)
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	n := &net2{t: t, dev: [2]string{"va", "vb"},
-		ip: [2]netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")}}
-	n.ns[0], n.ns[1] = netnstest.New(t, "uvA"), netnstest.New(t, "uvB")
-	if err := netns.AddVeth(n.ns[0], n.dev[0], n.ns[1], n.dev[1], 1); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n.ns {
-		if err := n.ns[i].SetMTU(n.dev[i], mtu); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ns[i].AddAddr(n.dev[i], netip.PrefixFrom(n.ip[i], 24)); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.ns[i].SetUp(n.dev[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The programs run as nobody: the sockets' directory must be theirs
-	// to reach (t.TempDir's parent is not).
-	dir, err := os.MkdirTemp("", "uroce-verbs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	for i := range n.socket {
-		n.socket[i] = filepath.Join(dir, fmt.Sprintf("uroce%d.sock", i))
-	}
-	t.Cleanup(func() {
-		for i := range n.d {
-			n.stop(i)
-		}
-		if t.Failed() {
-			for i := range n.logs {
-				if n.logs[i] != nil {
-					t.Logf("daemon %d:\n%s", i, n.logs[i].String())
-				}
-			}
-		}
-	})
-	for i := range n.socket {
-		n.start(i)
-	}
-	return n
-}
-
-// start runs daemon i and waits until it answers.
-func (n *net2) start(i int) {
-	n.t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.ns[i].Name(), uroceBin, "daemon", "-d", n.dev[i],
-		"--socket", n.socket[i], "--xdp-mode", "generic", "--group", "nogroup")
-	n.logs[i] = &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = n.logs[i], n.logs[i]
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	n.d[i] = cmd
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := n.stat(i); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			n.t.Fatalf("daemon %d does not answer: %v\n%s", i, err, n.logs[i])
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop stops daemon i with SIGTERM and waits for it.
-func (n *net2) stop(i int) {
-	cmd := n.d[i]
-	if cmd == nil {
-		return
-	}
-	n.d[i] = nil
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		n.t.Errorf("daemon %d did not stop on SIGTERM", i)
-	}
-}
-
-// asNobody is the command that runs args in daemon i's namespace (for
-// the TCP exchange) as user nobody: verbs programs need no privilege.
-// `uroce run` finds the libraries beside uroceBin, not through a
-// UROCE_LIBDIR the test may have been given.
-func (n *net2) asNobody(i int, args ...string) *exec.Cmd {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns[i].Name(),
-		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}, args...)...)
+	n := &net2{daemontest.New(t, daemontest.Config{Bin: uroceBin, MTU: mtu, Names: [2]string{"uvA", "uvB"},
+		Addrs: [2]string{"198.51.100.1", "198.51.100.2"}})}
+	// `uroce run` finds the libraries beside uroceBin, not through a
+	// UROCE_LIBDIR the test may have been given.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "UROCE_LIBDIR=") {
-			cmd.Env = append(cmd.Env, kv)
+			n.Env = append(n.Env, kv)
 		}
 	}
-	return cmd
-}
-
-// stat is `uroce stat --json` of daemon i (without its own session).
-func (n *net2) stat(i int) (*proto.Stat, error) {
-	out, err := n.asNobody(i, uroceBin, "stat", "--json", "--socket", n.socket[i]).Output()
-	if err != nil {
-		return nil, fmt.Errorf("uroce stat: %w: %s", err, out)
-	}
-	var st proto.Stat
-	if err := json.Unmarshal(out, &st); err != nil {
-		return nil, fmt.Errorf("uroce stat: %w: %s", err, out)
-	}
-	return &st, nil
+	return n
 }
 
 // run is a verbs program started on a daemon through `uroce run`. The
@@ -260,7 +126,7 @@ func (n *net2) stat(i int) (*proto.Stat, error) {
 // process is the program itself.
 type run struct {
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  daemontest.Buffer
 	done chan struct{} // closed when it ended, with err
 	err  error
 }
@@ -269,18 +135,18 @@ type run struct {
 var errHang = errors.New("did not end in time (a hang)")
 
 func (n *net2) launch(i int, prog string, args ...string) *run {
-	n.t.Helper()
-	r := &run{cmd: n.asNobody(i, append([]string{uroceBin, "run", "--socket", n.socket[i], "--", prog}, args...)...),
+	n.T.Helper()
+	r := &run{cmd: n.AsNobody(i, append([]string{uroceBin, "run", "--socket", n.Socket[i], "--", prog}, args...)...),
 		done: make(chan struct{})}
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	if err := r.cmd.Start(); err != nil {
-		n.t.Fatal(err)
+		n.T.Fatal(err)
 	}
 	go func() {
 		r.err = r.cmd.Wait()
 		close(r.done)
 	}()
-	n.t.Cleanup(func() {
+	n.T.Cleanup(func() {
 		if !r.ended() {
 			r.cmd.Process.Kill()
 			<-r.done
@@ -329,7 +195,7 @@ func (n *net2) verbsPair(t *testing.T, port string, args ...string) [2]map[strin
 	t.Helper()
 	args = append([]string{"-d", "uroce0", "-g", "1", "-p", port}, args...)
 	srv := n.launch(0, verbsTest, args...)
-	cli := n.launch(1, verbsTest, append(args, n.ip[0].String())...)
+	cli := n.launch(1, verbsTest, append(args, n.IP[0].String())...)
 	var oks [2]map[string]string
 	for i, r := range []*run{srv, cli} {
 		role := [2]string{"server", "client"}[i]
@@ -392,7 +258,7 @@ func (n *net2) checkClean(t *testing.T, i int, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err := n.stat(i)
+		st, err := n.Stat(i)
 		if err != nil {
 			t.Fatalf("daemon %d: %v", i, err)
 		}
@@ -450,7 +316,7 @@ func TestVerbs(t *testing.T) {
 			}
 			for i := range 2 {
 				n.checkClean(t, i)
-				st, err := n.stat(i)
+				st, err := n.Stat(i)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -479,20 +345,20 @@ func TestKilledProgram(t *testing.T) {
 			if _, err := exec.LookPath(c.prog); err != nil {
 				t.Skipf("skipping: %s is not installed (apt-get install perftest)", c.prog)
 			}
-			before, err := n.stat(1)
+			before, err := n.Stat(1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := n.launch(0, c.prog, c.args...)
 			time.Sleep(300 * time.Millisecond)
-			cli := n.launch(1, c.prog, append(c.args, n.ip[0].String())...)
+			cli := n.launch(1, c.prog, append(c.args, n.IP[0].String())...)
 			if c.ready != "" {
 				cli.waitOutput(t, c.ready, time.Minute)
 			}
 			// Let the transfer run a while.
 			deadline := time.Now().Add(time.Minute)
 			for {
-				st, err := n.stat(1)
+				st, err := n.Stat(1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -504,7 +370,7 @@ func TestKilledProgram(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if st, err := n.stat(1); err == nil {
+			if st, err := n.Stat(1); err == nil {
 				t.Logf("killing %s (pid %d) after %d packets sent", c.name, cli.cmd.Process.Pid,
 					st.Device.Counters["sent_pkts"]-before.Device.Counters["sent_pkts"])
 			}
