@@ -172,6 +172,28 @@ func (a *Agent) Counters() cm.Counters {
 	return a.m.Counters()
 }
 
+// drainWait bounds how long Conn.Close waits for QP1's sends.
+const drainWait = 200 * time.Millisecond
+
+// pendingSends counts the MADs posted on QP1 and not yet completed.
+func (a *Agent) pendingSends() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0
+	}
+	return sendSlots - len(a.freeSend)
+}
+
+// drainSends waits, at most d, until every MAD posted on QP1 has
+// completed (was handed to the link).
+func (a *Agent) drainSends(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for a.pendingSends() > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // release destroys what the agent created.
 func (a *Agent) release() {
 	if a.qp1 != nil {

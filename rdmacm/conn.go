@@ -425,6 +425,9 @@ func (c *Conn) Close() error {
 		a.flushLocked()
 		a.mu.Unlock()
 		<-c.w.gone
+		// The DREP answering a peer's DREQ may still be queued on QP1:
+		// let it go out before the caller closes the device.
+		a.drainSends(drainWait)
 		c.qp.ToErr()
 		if c.ownQP {
 			c.qp.Destroy()

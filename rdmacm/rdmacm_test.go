@@ -210,6 +210,34 @@ func TestConnectSendWriteDisconnect(t *testing.T) {
 	cb.QP().Destroy()
 }
 
+// TestCloseSendsDREP: Close of a connection the peer disconnected
+// returns only once the DREP answering its DREQ has left QP1, so that a
+// program closing its device right after (as rping's server does) does
+// not leave the peer's DREQ unanswered.
+func TestCloseSendsDREP(t *testing.T) {
+	A, B := openPair(t, 0)
+	l, err := Listen(B.dev, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 50; i++ {
+		ca, cb := connectPair(t, A, B, l, nil, nil)
+		done := make(chan struct{})
+		go func() { ca.Close(); close(done) }()
+		<-cb.Done()
+		cb.Close()
+		if n := B.a.pendingSends(); n != 0 {
+			t.Fatalf("cycle %d: %d MADs still queued on QP1 after Close", i, n)
+		}
+		<-done
+		cb.QP().Destroy()
+	}
+	if c := A.a.Counters(); c.Resent != 0 {
+		t.Errorf("the active side resent %d MADs", c.Resent)
+	}
+}
+
 func TestNoListener(t *testing.T) {
 	A, _ := openPair(t, 0)
 	n := A.dev.NumQPs()

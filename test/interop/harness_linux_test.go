@@ -142,7 +142,8 @@ const (
 
 // script returns the guest's script: every step between markers, clients
 // retried while the connection is refused (uroce's server may not be
-// listening yet).
+// listening yet): a TCP connection refused, or an RDMA CM connection
+// rejected for want of a listener (rping's "REJECTED, error 8").
 func (g *group) script() string {
 	var b strings.Builder
 	b.WriteString(`try() {
@@ -150,7 +151,7 @@ func (g *group) script() string {
 	while :; do
 		out=$("$@" 2>&1); rc=$?
 		case "$out" in
-		*"t connect to"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
+		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
 		*) break ;;
 		esac
 	done
