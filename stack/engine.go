@@ -404,7 +404,7 @@ func (e *engine) input(f []byte, now Time) {
 		return
 	}
 	q := d.qps.lookup(p.BTH().DestQP())
-	if q == nil {
+	if q == nil || !q.ready.Load() {
 		e.c.rcvUnknownQPN++
 		return
 	}

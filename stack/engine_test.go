@@ -82,6 +82,16 @@ func TestEngineIngressChecks(t *testing.T) {
 	if c = send(frame()); c.RcvUnknownQPN != 2 {
 		t.Errorf("qp1: %+v", c)
 	}
+	// A QP being created is in the table (its number taken) before its
+	// transport exists: what arrives for it then is dropped, not run.
+	half := &QP{dev: d, init: QPInit{Type: UD, GSI: true}, heapIdx: -1}
+	if err := d.qps.add(half); err != nil {
+		t.Fatal(err)
+	}
+	if c = send(frame()); c.RcvUnknownQPN != 3 {
+		t.Errorf("qp1 being created: %+v", c)
+	}
+	d.qps.remove(half)
 	h.BTH.DestQP = 0x11
 	h.BTH.Opcode = bth.OpSendOnly // RC to a UD QP
 	if c = send(frame()); c.RcvUnsupported != 1 {

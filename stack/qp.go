@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/qp"
@@ -214,6 +215,10 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	// ready is set once CreateQP has made the transport: the QP is in
+	// the device's table (its number taken) a little before, and an
+	// engine drops what arrives for it until then.
+	ready atomic.Bool
 
 	mu        sync.Mutex // guards everything below up to the engine's fields
 	q         *qp.QP
@@ -315,6 +320,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	q.mu.Lock()
 	q.q = t
 	q.mu.Unlock()
+	q.ready.Store(true)
 	return q, nil
 }
 
