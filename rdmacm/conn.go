@@ -292,6 +292,11 @@ type DialOptions struct {
 	// resources offered (default 1 each).
 	ResponderResources uint8
 	InitiatorDepth     uint8
+	// QP, when set, is the caller's RC QP of the device (in RESET or
+	// INIT) to connect instead of one Dial creates: receives posted in
+	// INIT are then in place before the peer can send. Close leaves it
+	// to the caller to destroy.
+	QP *stack.QP
 }
 
 // Dial connects to addr through the device's agent (rdma_connect after
@@ -335,17 +340,26 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 	if err := requestData(&req.PrivateData, local, netip.AddrPortFrom(to, addr.Port()), priv); err != nil {
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
-	init.Type = stack.RC
-	q, err := pd.CreateQP(init)
-	if err != nil {
-		return nil, fmt.Errorf("dial %v: %w", addr, err)
+	q, own := o.QP, o.QP == nil
+	if own {
+		init.Type = stack.RC
+		var err error
+		if q, err = pd.CreateQP(init); err != nil {
+			return nil, fmt.Errorf("dial %v: %w", addr, err)
+		}
+	} else if q.Type() != stack.RC {
+		return nil, fmt.Errorf("dial %v: QP 0x%x is not RC", addr, q.QPN())
 	}
 	fail := func(err error) (*Conn, error) {
-		q.Destroy()
+		if own {
+			q.Destroy()
+		}
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
-	if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite | stack.AccessRemoteRead}); err != nil {
-		return fail(err)
+	if st, _ := q.Query(); st.State == stack.StateReset {
+		if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite | stack.AccessRemoteRead}); err != nil {
+			return fail(err)
+		}
 	}
 	req.LocalQPN, req.StartingPSN = q.QPN(), randPSN()
 
@@ -382,7 +396,7 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 	a.mu.Lock()
 	peerData := w.priv
 	a.mu.Unlock()
-	return &Conn{a: a, id: id, w: w, qp: q, ownQP: true, Local: local, Remote: netip.AddrPortFrom(to, addr.Port()),
+	return &Conn{a: a, id: id, w: w, qp: q, ownQP: own, Local: local, Remote: netip.AddrPortFrom(to, addr.Port()),
 		PrivateData: peerData}, nil
 }
 

@@ -395,3 +395,72 @@ func BenchmarkConnect(b *testing.B) {
 	b.ReportMetric(float64(b.N)/setup.Seconds(), "conns/s")
 	b.ReportMetric(float64(setup.Microseconds())/float64(b.N), "µs/conn")
 }
+
+// TestDialOwnQP connects a QP the caller created, with a receive posted
+// in INIT, as perftest's exchange QP: the first dial meets no listener
+// and is rejected, the QP stays usable for the second; the passive side
+// sends as soon as it accepted; Close leaves the QP to the caller.
+func TestDialOwnQP(t *testing.T) {
+	A, B := openPair(t, 0)
+	q, err := A.pd.CreateQP(A.init())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Destroy()
+	if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PostRecv(&stack.RecvWR{ID: 7, SG: []stack.SGE{A.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	to := netip.AddrPortFrom(ipB, port)
+	var rej *RejectError
+	if _, err := A.a.Dial(context.Background(), A.pd, to, stack.QPInit{}, nil, DialOptions{QP: q}); !errors.As(err, &rej) {
+		t.Fatalf("dial without a listener: %v", err)
+	}
+	if st, _ := q.Query(); st.State != stack.StateInit {
+		t.Fatalf("QP in %v after a rejected dial", st.State)
+	}
+	l, err := Listen(B.dev, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	type result struct {
+		c   *Conn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := serve(t, l, B, nil)
+		if err == nil {
+			copy(B.buf, "hello")
+			err = c.QP().PostSend(&stack.SendWR{ID: 1, Op: stack.OpSend, Flags: stack.SendSignaled,
+				SG: []stack.SGE{B.mr.SGE(0, 5)}})
+		}
+		got <- result{c, err}
+	}()
+	ca, err := A.a.Dial(context.Background(), A.pd, to, stack.QPInit{}, nil, DialOptions{QP: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if ca.QP() != q {
+		t.Fatal("the connection has another QP")
+	}
+	wcs := A.wait(t, 1)
+	if wcs[0].Status != stack.WCSuccess || wcs[0].ID != 7 || string(A.buf[:5]) != "hello" {
+		t.Fatalf("receive: %+v %q", wcs[0], A.buf[:5])
+	}
+	n := A.dev.NumQPs()
+	ca.Close()
+	<-r.c.Done()
+	r.c.Close()
+	r.c.QP().Destroy()
+	if A.dev.NumQPs() != n {
+		t.Errorf("Close destroyed the caller's QP")
+	}
+}

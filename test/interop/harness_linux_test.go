@@ -151,7 +151,7 @@ func (g *group) script() string {
 	while :; do
 		out=$("$@" 2>&1); rc=$?
 		case "$out" in
-		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
+		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*|*"Unexpected CM event bl blka 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
 		*) break ;;
 		esac
 	done

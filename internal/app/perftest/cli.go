@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +49,7 @@ options (as perftest's):
   -F, --CPU-freq           accepted (uroce measures with the monotonic clock)
   -e, --events             accepted (uroce always sleeps on its CQs)
       --report_gbits       report in Gb/s
+  -R, --rdma_cm            connect the QPs with RDMA CM and exchange over it, on -p (not with --daemon)
 uroce's own:
   --verify                 check the data where possible (atomic server: every addition exactly once)
   --bad-rkey               use (client) or advertise (server) an R_Key the peer's region lacks
@@ -178,7 +181,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.LateRecv, "late-recv", 0, "")
 	ints(&cfg.ReadWindow, "read-window")
 	var unsupported []string
-	for _, n := range []string{"b", "bidirectional", "R", "rdma_cm", "z", "com_rdma_cm", "D", "duration", "l", "post_list", "run_infinitely"} {
+	bools(&cfg.RDMACM, "R", "rdma_cm")
+	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "D", "duration", "l", "post_list", "run_infinitely"} {
 		n := n
 		fs.BoolFunc(n, "", func(string) error { unsupported = append(unsupported, n); return nil })
 	}
@@ -238,6 +242,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.Client, host = true, rest[0]
 	}
 	cfg.Connect = app.Connector(host, port, connectWait)
+	if cfg.RDMACM {
+		if dev.Socket() != "" {
+			return usage(fmt.Errorf("-R (rdma_cm): %w with --daemon: RDMA CM runs on the in-process device", ErrUnsupported))
+		}
+		cfg.ConnectWait = connectWait
+		cfg.CMAddr = netip.AddrPortFrom(netip.Addr{}, uint16(port))
+		if cfg.Client {
+			ip, err := resolveIPv4(ctx, host)
+			if err != nil {
+				fmt.Fprintf(stderr, "uroce perf: %v\n", err)
+				return 1
+			}
+			cfg.CMAddr = netip.AddrPortFrom(ip, uint16(port))
+		}
+	}
 	if err := cfg.normalize(); err != nil {
 		fmt.Fprintf(stderr, "uroce perf: %v\n", err)
 		return 1
@@ -256,4 +275,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// resolveIPv4 returns host's IPv4 address, as perftest's rdma_getaddrinfo
+// with AF_INET hints finds it.
+func resolveIPv4(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap(), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("failed to get RDMA CM address info: %w", err)
+	}
+	return ips[0].Unmap(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
@@ -103,6 +104,15 @@ type Config struct {
 	// waitByte), the CPUs being given to polling anyway.
 	BusyPoll bool
 
+	// RDMACM is -R: the exchange and the test QPs' connections go over
+	// RDMA CM (the in-process device only), to CMAddr (the client: the
+	// server's address and -p port; the server: the zero address and the
+	// port to listen on). The client retries for ConnectWait while the
+	// server does not listen yet. Connect is then not used.
+	RDMACM      bool
+	CMAddr      netip.AddrPort
+	ConnectWait time.Duration
+
 	// Device is the name printed as the device (the interface).
 	Device string
 	// Connect opens the exchange connection: the server accepts one, the
@@ -141,8 +151,11 @@ func (c *Config) normalize() error {
 	if c.Stderr == nil {
 		c.Stderr = io.Discard
 	}
-	if c.Connect == nil {
+	if c.Connect == nil && !c.RDMACM {
 		return errors.New("no connect function")
+	}
+	if c.RDMACM && c.ConnectWait == 0 {
+		c.ConnectWait = 10 * time.Second
 	}
 	bw := c.Tool.BW()
 	verb := c.verb()

@@ -30,8 +30,13 @@
 //     the monotonic clock instead of the CPU's cycle counter, so -F changes
 //     nothing), and printed in perftest's tables.
 //
+// With -R (Config.RDMACM, the in-process device only) the exchange and
+// the test QPs' connections go over RDMA CM as perftest's do (see cm.go):
+// the QP attributes are then rdma_cm's (the REQ's and REP's), not the
+// ones above.
+//
 // Not implemented: bidirectional tests (-b), duration mode (-D), UC and UD
-// connections (-c), SRQ, post lists (-l), RDMA CM (-R), events (-e is
+// connections (-c), SRQ, post lists (-l), -z, events (-e is
 // accepted: uroce always sleeps on its completion queues), inline data
 // (uroce reports 0) and ib_atomic_lat.
 //

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -39,6 +40,7 @@ type session struct {
 	ctx    context.Context // of Run: the hooks take none
 	cfg    Config
 	dev    verbs.Device
+	sdev   *stack.Device // the in-process device (-R)
 	agreed pt.Agreed
 	gidIdx int
 	gid    netip.Addr
@@ -51,6 +53,8 @@ type session struct {
 	qps    []verbs.QP
 	local  []pt.Dest
 	remote []pt.Dest
+	// cmConns are the test QPs' rdma_cm connections (-R).
+	cmConns []*rdmacm.Conn
 
 	cycle     uint32 // agreed cycle buffer
 	cacheLine uint32 // agreed cache line size
@@ -87,23 +91,42 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 	if err := s.pickGID(); err != nil {
 		return res, err
 	}
-	conn, err := cfg.Connect(ctx)
-	if err != nil {
-		return res, fmt.Errorf("unable to init the socket connection: %w", err)
+	var conn net.Conn
+	if cfg.RDMACM {
+		sd, ok := verbs.StackDevice(dev)
+		if !ok {
+			return res, fmt.Errorf("-R (rdma_cm): %w with a daemon's device; run uroce perf without --daemon", ErrUnsupported)
+		}
+		s.sdev = sd
+		cc, err := openCMConn(ctx, sd, cfg.Client, cfg.CMAddr, cfg.ConnectWait)
+		if err != nil {
+			return res, fmt.Errorf("unable to perform rdma_cm connection: %w", err)
+		}
+		defer cc.Close()
+		// The test QPs disconnect before the exchange connection does.
+		defer s.cmDisconnect()
+		conn = cc
+	} else {
+		c, err := cfg.Connect(ctx)
+		if err != nil {
+			return res, fmt.Errorf("unable to init the socket connection: %w", err)
+		}
+		defer c.Close()
+		conn = c
 	}
-	defer conn.Close()
 
 	role := pt.Server
 	if cfg.Client {
 		role = pt.Client
 	}
-	seq := pt.Config{Tool: cfg.Tool, Role: role, QPs: cfg.QPs, Runs: len(cfg.sizes), All: cfg.All}
+	seq := pt.Config{Tool: cfg.Tool, Role: role, QPs: cfg.QPs, Runs: len(cfg.sizes), All: cfg.All, CM: cfg.RDMACM}
 	params := pt.Params{MTU: s.portMTU()}
 	hooks := pt.Hooks{
-		Local:   s.setup,
-		Connect: s.connect,
-		Prepare: s.prepare,
-		Run:     s.run,
+		Local:     s.setup,
+		CMConnect: s.cmConnect,
+		Connect:   s.connect,
+		Prepare:   s.prepare,
+		Run:       s.run,
 		Report: func() pt.Report {
 			if len(res.Reports) > 0 {
 				return res.Reports[len(res.Reports)-1]
@@ -116,7 +139,7 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if cfg.Tool == pt.WriteLat {
+	if cfg.Tool == pt.WriteLat && !cfg.RDMACM {
 		lingerUntilPeerDone(ctx, conn)
 	}
 	if cfg.Verify {
@@ -197,21 +220,37 @@ func (s *session) pickGID() error {
 	return nil
 }
 
-// setup is the Local hook: the buffer, MR, CQs and QPs (alloc_ctx,
-// ctx_init, set_up_connection), then the test information block.
+// setup is the Local hook: the resources (unless cmConnect made them),
+// then the test information block.
 func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
+	cfg := &s.cfg
+	if !cfg.RDMACM {
+		if err := s.resources(a); err != nil {
+			return nil, err
+		}
+	}
+	io.WriteString(cfg.Stdout, s.testInfo().String())
+	if cfg.Verify {
+		s.initial = append([]byte(nil), s.buf...)
+	}
+	return s.local, nil
+}
+
+// resources makes the buffer, MR, CQs and QPs (alloc_ctx, ctx_init,
+// set_up_connection) and the local keys.
+func (s *session) resources(a pt.Agreed) error {
 	cfg := &s.cfg
 	s.agreed = a
 	s.cycle, s.cacheLine = a.CycleBuffer, a.CacheLineSize
 	if s.cycle == 0 || s.cycle > 1<<24 || s.cacheLine == 0 || s.cacheLine > 1<<16 {
-		return nil, fmt.Errorf("peer's cycle buffer %d or cache line %d is unusable", s.cycle, s.cacheLine)
+		return fmt.Errorf("peer's cycle buffer %d or cache line %d is unusable", s.cycle, s.cacheLine)
 	}
 	verb := cfg.verb()
 	s.buffSize = bufSize(cfg.Size, s.cycle)
 	s.halfSize = inc(s.buffSize, s.cacheLine)
 	total := s.halfSize * 2 * uint64(cfg.QPs)
 	if total > 1<<34 {
-		return nil, fmt.Errorf("buffer of %d bytes is too large", total)
+		return fmt.Errorf("buffer of %d bytes is too large", total)
 	}
 
 	attr := s.dev.Query()
@@ -225,10 +264,10 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 
 	var err error
 	if s.pd, err = s.dev.AllocPD(); err != nil {
-		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
+		return fmt.Errorf("couldn't allocate PD: %w", err)
 	}
 	if s.buf, err = s.dev.AllocBuffer(int(total)); err != nil {
-		return nil, fmt.Errorf("couldn't allocate work buf: %w", err)
+		return fmt.Errorf("couldn't allocate work buf: %w", err)
 	}
 	if !(verb == pt.Write && !cfg.Tool.BW()) {
 		// Random contents, as perftest fills every buffer but
@@ -254,15 +293,15 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 		qpAccess = stack.AccessRemoteWrite | stack.AccessLocalWrite
 	}
 	if s.mr, err = s.pd.RegisterMR(s.buf, access); err != nil {
-		return nil, fmt.Errorf("couldn't allocate MR: %w", err)
+		return fmt.Errorf("couldn't allocate MR: %w", err)
 	}
 	if s.sendCQ, err = s.dev.CreateCQ(cfg.TxDepth*cfg.QPs + 16); err != nil {
-		return nil, fmt.Errorf("couldn't create CQ: %w", err)
+		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
 	s.recvCQ = s.sendCQ
 	if verb == pt.Send {
 		if s.recvCQ, err = s.dev.CreateCQ(cfg.RxDepth*cfg.QPs + 16); err != nil {
-			return nil, fmt.Errorf("couldn't create a receiver CQ: %w", err)
+			return fmt.Errorf("couldn't create a receiver CQ: %w", err)
 		}
 	}
 	s.wcs = make([]verbs.WC, 16)
@@ -270,11 +309,11 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 		q, err := s.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, InfiniteRetry7: cfg.InfiniteRetry})
 		if err != nil {
-			return nil, fmt.Errorf("unable to create QP: %w", err)
+			return fmt.Errorf("unable to create QP: %w", err)
 		}
 		s.qps = append(s.qps, q)
 		if err := q.ToInit(verbs.InitAttr{AccessFlags: qpAccess}); err != nil {
-			return nil, fmt.Errorf("failed to modify QP to INIT: %w", err)
+			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 		rkey := s.mr.RKey()
 		if cfg.BadRKey && !cfg.Client {
@@ -293,11 +332,7 @@ func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
 	if testHook != nil {
 		testHook(s)
 	}
-	io.WriteString(cfg.Stdout, s.testInfo().String())
-	if cfg.Verify {
-		s.initial = append([]byte(nil), s.buf...)
-	}
-	return s.local, nil
+	return nil
 }
 
 // testHook, when set by a test, sees each session once its resources
@@ -367,6 +402,7 @@ func (s *session) testInfo() pt.TestInfo {
 		Transport: "IB", Connection: "RC", PCIeRelaxOrder: "Unsupported",
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: 1, CQMod: cfg.CQMod,
 		MTU: s.agreed.MTU, LinkType: "Ethernet", GIDIndex: s.gidIdx, OutReads: s.outReads,
+		RDMACM: cfg.RDMACM,
 	}
 }
 
@@ -376,6 +412,11 @@ func (s *session) connect(remote []pt.Dest) error {
 	cfg := &s.cfg
 	s.remote = remote
 	s.res.Remote = remote
+	if cfg.RDMACM {
+		// rdma_cm has connected the QPs.
+		s.printAddresses(remote)
+		return nil
+	}
 	if s.gid.Is4In6() != netip.AddrFrom16(remote[0].GID).Is4In6() {
 		return errors.New("found incompatibility issue with GID types: try a different IP version")
 	}
@@ -402,7 +443,19 @@ func (s *session) connect(remote []pt.Dest) error {
 			}
 		}
 	}
+	s.printAddresses(remote)
+	return nil
+}
+
+// printAddresses prints both sides' address lines and the results header.
+func (s *session) printAddresses(remote []pt.Dest) {
+	cfg := &s.cfg
 	verb := cfg.verb()
+	if cfg.RDMACM {
+		// perftest prints with its exchange's parameters, whose verb
+		// is SEND over rdma_cm: no R_Key, VA or outstanding reads.
+		verb = pt.Send
+	}
 	for _, d := range s.local {
 		io.WriteString(cfg.Stdout, pt.AddressLines(false, verb, d, true))
 	}
@@ -416,7 +469,6 @@ func (s *session) connect(remote []pt.Dest) error {
 		// ib_read_lat's server prints no header: it only waits.
 		io.WriteString(cfg.Stdout, pt.ResultLine+pt.LatHeader())
 	}
-	return nil
 }
 
 // prepare is the Prepare hook: the send tools post their receives

@@ -134,6 +134,10 @@ type Conn struct {
 	// NoGID selects the 59-byte key messages without GID, which perftest
 	// uses on InfiniBand without -x. RoCE always uses the GID form.
 	NoGID bool
+	// CM selects the binary key messages (CMKeySize bytes) that perftest
+	// sends over its rdma_cm exchange QP (-R): nc then carries one
+	// message per SEND.
+	CM bool
 }
 
 // NewConn returns a Conn for role on nc.
@@ -269,6 +273,14 @@ func (c *Conn) HandShake(ctx context.Context, local Dest) (remote Dest, err erro
 	defer func() { err = done(err) }()
 	var mine []byte
 	theirs := make([]byte, KeySize)
+	if c.CM {
+		mine = local.AppendCMKey(make([]byte, 0, CMKeySize))
+		theirs = theirs[:CMKeySize]
+		if err := c.exchange(mine, theirs); err != nil {
+			return remote, fmt.Errorf("perftest key exchange: %w", err)
+		}
+		return ParseCMKey(theirs)
+	}
 	if c.NoGID {
 		mine = local.AppendKeyNoGID(make([]byte, 0, KeySizeNoGID))
 		theirs = theirs[:KeySizeNoGID]

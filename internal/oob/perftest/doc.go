@@ -59,7 +59,13 @@
 // LatHeader, LatLine, AddressLines and TestInfo print what the tools print;
 // MeasureBW and MeasureLat compute the figures as perftest does.
 //
-// Not implemented: bidirectional tests (-b), RDMA CM (-R), per-port reports,
+// With -R (Config.CM) the same messages go as SENDs over an rdma_cm
+// connection instead of TCP, the keys in their binary form (CMKeySize
+// bytes, AppendCMKey); two barriers with zero keys surround the test QPs'
+// rdma_cm connection (StepCMConnect), and there is no "done".
+//
+// Not implemented: bidirectional tests (-b), -z (rdma_cm exchange with
+// QPs connected by their keys), per-port reports,
 // duration mode (-D), DC and XRC, and the binary parameter exchange of
 // perftest 6.28 and later (such a peer skips it when this side advertises
 // 6.06).

@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -124,5 +125,48 @@ func ParseKey(msg []byte) (Dest, error) {
 	if len(s) != 0 {
 		return Dest{}, fmt.Errorf("%w: %d trailing bytes", ErrFormat, len(s))
 	}
+	return d, nil
+}
+
+// CMKeySize is the size of a key message over rdma_cm: struct
+// pingpong_dest as laid out on x86-64, its integers big-endian.
+//
+//	 0 LID        4 out_reads   8 QPN        12 PSN
+//	16 R_Key     20 (padding)  24 VA (8 bytes)
+//	32 GID (16 bytes)          48 SRQN       52 GID index
+const CMKeySize = 56
+
+// AppendCMKey appends d's 56-byte binary key message to b, as perftest's
+// rdma_write_keys sends it over the exchange QP with -R or -z. The padding
+// and the GID index are zero.
+func (d Dest) AppendCMKey(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(d.LID))
+	b = binary.BigEndian.AppendUint32(b, uint32(d.OutReads))
+	b = binary.BigEndian.AppendUint32(b, d.QPN&0xffffff)
+	b = binary.BigEndian.AppendUint32(b, d.PSN&0xffffff)
+	b = binary.BigEndian.AppendUint32(b, d.RKey)
+	b = append(b, 0, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, d.VAddr)
+	b = append(b, d.GID[:]...)
+	b = binary.BigEndian.AppendUint32(b, d.SRQN)
+	return append(b, 0, 0, 0, 0)
+}
+
+// ParseCMKey parses a binary key message (CMKeySize bytes). perftest's
+// reader ignores the padding, the SRQN and the GID index; the SRQN is
+// returned all the same.
+func ParseCMKey(msg []byte) (Dest, error) {
+	if len(msg) != CMKeySize {
+		return Dest{}, fmt.Errorf("%w: %d bytes, want %d", ErrFormat, len(msg), CMKeySize)
+	}
+	var d Dest
+	d.LID = uint16(binary.BigEndian.Uint32(msg[0:]))
+	d.OutReads = uint16(binary.BigEndian.Uint32(msg[4:]))
+	d.QPN = binary.BigEndian.Uint32(msg[8:]) & 0xffffff
+	d.PSN = binary.BigEndian.Uint32(msg[12:]) & 0xffffff
+	d.RKey = binary.BigEndian.Uint32(msg[16:])
+	d.VAddr = binary.BigEndian.Uint64(msg[24:])
+	copy(d.GID[:], msg[32:48])
+	d.SRQN = binary.BigEndian.Uint32(msg[48:])
 	return d, nil
 }

@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -86,4 +87,26 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("ParseKey(%q) = %+v re-encodes as %q", msg, d, again)
 		}
 	})
+}
+
+func TestCMKeyWire(t *testing.T) {
+	d := Dest{LID: 0x12, OutReads: 0x80, QPN: 0x123456, PSN: 0xabcdef, RKey: 0xdeadbeef, VAddr: 0x00007ff6b9a6f000, SRQN: 9}
+	copy(d.GID[10:], []byte{0xff, 0xff, 192, 0, 2, 1})
+	b := d.AppendCMKey(nil)
+	if len(b) != CMKeySize {
+		t.Fatalf("%d bytes", len(b))
+	}
+	// struct pingpong_dest on x86-64, big-endian fields.
+	want := "00000012" + "00000080" + "00123456" + "00abcdef" + "deadbeef" + "00000000" + "00007ff6b9a6f000" +
+		"00000000000000000000ffffc0000201" + "00000009" + "00000000"
+	if got := fmt.Sprintf("%x", b); got != want {
+		t.Errorf("key %s\nwant %s", got, want)
+	}
+	got, err := ParseCMKey(b)
+	if err != nil || got != d {
+		t.Errorf("parse: %+v, %v", got, err)
+	}
+	if _, err := ParseCMKey(b[:55]); !errors.Is(err, ErrFormat) {
+		t.Errorf("short key: %v", err)
+	}
 }

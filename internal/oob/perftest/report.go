@@ -212,6 +212,9 @@ type TestInfo struct {
 	GIDIndex          int    // -1: not shown
 	InlineSize        int
 	OutReads          int
+	// RDMACM is -R: "rdma_cm QPs : ON", "Data ex. method : rdma_cm", and
+	// the server's line asking for the client.
+	RDMACM bool
 }
 
 var testNames = [...]string{Send: "Send", Write: "RDMA_Write", Read: "RDMA_Read", Atomic: "Atomic"}
@@ -273,8 +276,19 @@ func (ti TestInfo) String() string {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.OutReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
-	b.WriteString(ResultLine)
+	if !ti.RDMACM {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+		b.WriteString(" Data ex. method : Ethernet\n")
+		b.WriteString(ResultLine)
+		return b.String()
+	}
+	b.WriteString(" rdma_cm QPs\t : ON\n")
+	b.WriteString(" Data ex. method : rdma_cm")
+	if ti.Role == Server {
+		b.WriteString("\n" + ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
+	b.WriteString("\n" + ResultLine)
 	return b.String()
 }

@@ -76,9 +76,10 @@ const (
 	StepRun                       // local: measured run Step.Run
 	StepReports                   // bandwidth reports
 	StepDone                      // "done" each way; the connection is then closed
+	StepCMConnect                 // local (-R): the caller creates its QPs and connects them with rdma_cm
 )
 
-var stepNames = [...]string{"negotiate", "local", "keys", "connect", "sync", "prepare", "run", "reports", "done"}
+var stepNames = [...]string{"negotiate", "local", "keys", "connect", "sync", "prepare", "run", "reports", "done", "cm-connect"}
 
 func (k StepKind) String() string {
 	if k >= 0 && int(k) < len(stepNames) {
@@ -115,6 +116,13 @@ type Config struct {
 	Runs int
 	// All is -a: ib_send_bw then adds a barrier after each run.
 	All bool
+	// CM is -R: the exchange runs over an rdma_cm connection and the test
+	// QPs are connected with rdma_cm (create_rdma_cm_connection): a
+	// barrier, StepCMConnect and another barrier come between the
+	// negotiation and StepLocal, both barriers with an all-zero key (the
+	// keys do not exist yet); StepConnect only prints, and there is no
+	// StepDone (the peers disconnect instead).
+	CM bool
 }
 
 func (c Config) normalized() (Config, error) {
@@ -137,7 +145,7 @@ func (c Config) normalized() (Config, error) {
 }
 
 // Sequence returns the steps cfg's tool takes in cfg's role, as perftest
-// 4.5's main functions do them (one-way tests, no -b, no RDMA CM). Both
+// 4.5's main functions do them (one-way tests, no -b; cfg.CM for -R). Both
 // sides of a connection take the same byte-carrying steps in the same order;
 // they differ in the local ones (in the one-way bw tools and ib_read_lat
 // only the client runs).
@@ -170,7 +178,11 @@ func Sequence(cfg Config) ([]Step, error) {
 		}
 	}
 	client := cfg.Role == Client
-	add(StepNegotiate, StepLocal)
+	add(StepNegotiate)
+	if cfg.CM {
+		add(StepSync, StepCMConnect, StepSync)
+	}
+	add(StepLocal)
 	switch cfg.Tool {
 	case WriteBW, ReadBW, AtomicBW:
 		// Keys, connect, keys again (printed), one barrier after RTR. The
@@ -216,6 +228,9 @@ func Sequence(cfg Config) ([]Step, error) {
 		runs(true, false)
 		add(StepSync, StepDone)
 	}
+	if cfg.CM && s[len(s)-1].Kind == StepDone {
+		s = s[:len(s)-1]
+	}
 	return s, nil
 }
 
@@ -223,8 +238,11 @@ func Sequence(cfg Config) ([]Step, error) {
 // required; the others may be nil.
 type Hooks struct {
 	// Local creates the QPs once the MTU is agreed and returns their keys,
-	// cfg.QPs of them.
+	// cfg.QPs of them. With Config.CM, CMConnect has created them.
 	Local func(Agreed) ([]Dest, error)
+	// CMConnect (required with Config.CM) creates the QPs and connects
+	// them with rdma_cm: the client dials, the server accepts.
+	CMConnect func(Agreed) error
 	// Connect moves the QPs to RTR/RTS with the peer's keys.
 	Connect func(remote []Dest) error
 	// Prepare readies measured run r (ib_send_*: post the receives) before
@@ -259,10 +277,11 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 		return res, err
 	}
 	cfg, _ = cfg.normalized()
-	if hooks.Local == nil || hooks.Connect == nil {
-		return res, errors.New("perftest run: Local and Connect hooks are required")
+	if hooks.Local == nil || hooks.Connect == nil || cfg.CM && hooks.CMConnect == nil {
+		return res, errors.New("perftest run: Local and Connect hooks (and CMConnect with CM) are required")
 	}
 	c := NewConn(nc, cfg.Role)
+	c.CM = cfg.CM
 	var local []Dest
 	keyRounds := 0
 	for _, st := range steps {
@@ -289,7 +308,13 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 				res.Remote[st.QP] = d
 			}
 		case StepSync:
-			_, err = c.HandShake(ctx, local[0])
+			var d Dest // before StepLocal (CM): zeros, as perftest's my_dest
+			if len(local) > 0 {
+				d = local[0]
+			}
+			_, err = c.HandShake(ctx, d)
+		case StepCMConnect:
+			err = hooks.CMConnect(res.Agreed)
 		case StepConnect:
 			err = hooks.Connect(res.Remote)
 		case StepPrepare:

@@ -252,3 +252,22 @@ func TestAllSizes(t *testing.T) {
 		t.Fatalf("AllSizes = %v", s)
 	}
 }
+
+// TestSequenceCM: -R puts a barrier, the rdma_cm connection and a
+// barrier between the negotiation and the keys, and drops "done".
+func TestSequenceCM(t *testing.T) {
+	for _, tool := range []Tool{WriteBW, ReadBW, SendBW, WriteLat, ReadLat, SendLat} {
+		plain, _ := Sequence(Config{Tool: tool, Role: Client})
+		cm, err := Sequence(Config{Tool: tool, Role: Client, CM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]Step{plain[0], {Kind: StepSync}, {Kind: StepCMConnect}, {Kind: StepSync}}, plain[1:]...)
+		if want[len(want)-1].Kind == StepDone {
+			want = want[:len(want)-1]
+		}
+		if fmt.Sprint(cm) != fmt.Sprint(want) {
+			t.Errorf("%v: %v\nwant %v", tool, cm, want)
+		}
+	}
+}
