@@ -345,7 +345,9 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			failed = true
 		}
 		if s.check != nil && !failed {
+			before := t.Failed()
 			s.check(t, r.guestOut, r.uroceOut)
+			failed = t.Failed() && !before // show what the check did not like
 		}
 		if failed || testing.Verbose() {
 			t.Logf("step %s:\n--- guest (%s):\n%s--- uroce:\n%s", s.name, s.guest, r.guestOut, r.uroceOut)
