@@ -95,14 +95,37 @@
 //     requester goes back plainly at once, trying the gentle way again
 //     every 32 go-backs. Toward a responder seen to keep requests, new
 //     ones go on while the answer is awaited, within the send window.
+//     A NAKed READ or atomic goes again at once with the READs and
+//     atomics after it, which no responder keeps.
+//   - A READ that lost responses asks for the rest only, as the IBTA
+//     allows: a new READ request at the PSN of the first response
+//     missing, with the address moved on and the length cut to match,
+//     which the responder answers as a duplicate READ (rdma_rxe and
+//     this package's responder serve it from the right offset). The
+//     responses of later READs are kept and READs answered in full are
+//     not asked for again; an atomic whose ACK was lost goes again alone.
+//     A loss shows at once when a response comes past the one expected
+//     of the same READ, or answers a request sent after the READ's last
+//     one (responders answer in order). What nothing shows, the probe
+//     timer asks for, with a timeout set by how soon READ answers follow
+//     each other rather than by their round trip: the first and the last
+//     READ lacking responses ask again, and the answers (or a NAK for a
+//     lost request) show what else was lost. max_rd_atomic credits come
+//     back in order, so that the responder still holds every READ asked
+//     for again. Nothing of this allocates.
+//
+// Every retransmission starts in one function, goBackFor in
+// completer.go, whose reasons are the list above: a sequence NAK, an
+// implied NAK, lost READ or atomic responses, the ACK timeout, the probe
+// and the RNR wait.
 //
 // # Files
 //
 // modify.go holds the state machine and the attribute table, queue.go the
 // work queue rings and the SRQ, requester.go segmentation, transmission
 // and the send window, completer.go acknowledgements, retransmission,
-// loss probes and timers, responder.go the RC and UC receive side (kept
-// requests too), ud.go UD reception.
+// READ recovery, loss probes and timers, responder.go the RC and UC
+// receive side (kept requests too), ud.go UD reception.
 package qp
 
 import (

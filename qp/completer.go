@@ -10,7 +10,9 @@ import (
 // The completer consumes RC responses (ACK, NAK, RNR NAK, READ response,
 // atomic ACK), retires acknowledged WQEs in order, and drives recovery:
 // go-back-N on a PSN sequence NAK, an implied NAK or a local ACK
-// timeout, the RNR wait, and the retry counters (IBTA 9.7.5.2).
+// timeout, requests for the missing responses of READs, the RNR wait,
+// and the retry counters (IBTA 9.7.5.2). goBackFor is where every
+// retransmission starts.
 
 // complete handles a response packet on an RC QP.
 func (q *QP) complete(now Time, p *bth.Packet) {
@@ -40,43 +42,67 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	if kind == bth.KindAck && syn.Kind() == bth.AckKindACK {
 		through = psn
 	}
+	isAck := kind == bth.KindAck
+	comp := q.compPSN
 	sq := &q.sq
 	progress := false
-	implied := false // go back because responses were lost
-	seqNAK := false  // go back because the responder asked to
-	var retryFrom bth.PSN
-	i := sq.head
-	for ; i != sq.next; i++ {
-		w := sq.at(i)
-		if w.done {
+	asks := 0        // READs and atomics whose missing responses are asked for again
+	blocked := false // one that lacks responses comes before psn
+	implied := false // an ACK or NAK shows them lost: go back to impliedAt
+	var impliedAt bth.PSN
+	var w *sendWQE // the WQE holding psn
+	var wi uint64
+	for i := sq.head; i != sq.next; i++ {
+		x := sq.at(i)
+		if x.done {
 			continue
 		}
-		if !w.last().LessEq(through) {
+		if !x.last().LessEq(through) {
+			if psn.InWindow(x.first, int(x.npkts)) {
+				w, wi = x, i
+			}
 			break
 		}
-		if w.rdAtomic {
-			// The responder went past a READ or atomic whose responses
-			// did not all arrive: they were lost (implied NAK).
-			implied, retryFrom = true, w.first.Add(int(w.rcvd))
+		if !x.rdAtomic {
+			if !(isAck && blocked) {
+				x.done = true
+				progress = true
+			}
+			continue
+		}
+		// The responder went past a READ or atomic whose responses did
+		// not all arrive. When an ACK or NAK shows them lost, the
+		// requester goes back to the first missing one (go-back-N, the
+		// IBTA's implied NAK). An ACK is taken for nothing past it (as
+		// rdma_rxe takes it), a NAK for what it asks. Later READ
+		// responses and atomic ACKs are kept: only what is missing is
+		// asked for again.
+		lost := q.lostPast(i, x, psn)
+		if isAck && lost {
+			implied, impliedAt = true, x.first.Add(int(x.rcvd))
 			break
 		}
-		w.done = true
-		q.compPSN = w.last().Next()
-		progress = true
-	}
-	var w *sendWQE
-	if i != sq.next && !implied {
-		w = sq.at(i)
+		blocked = true
+		if lost {
+			q.askAgain(x, askOver)
+			asks++
+		}
 	}
 	var failSt WCStatus
-	rnr := false
+	rnr, seqNAK := false, false
+	if w != nil && isAck && blocked && (syn.Kind() == bth.AckKindACK || (q.retrying && q.retryPSN.Less(psn))) {
+		// Past a READ or atomic that lacks responses, an ACK
+		// acknowledges nothing, and a NAK asks for nothing while a
+		// go-back from before it is under way: it may be older.
+		w = nil
+	}
 	if w != nil {
 		switch kind {
 		case bth.KindAck:
 			// Inside a multi-packet SEND/WRITE: progress up to the PSN
 			// (none when it acknowledges nothing new, as a second NAK
 			// for the same PSN does).
-			if !w.rdAtomic && w.first.LessEq(through) && q.compPSN.LessEq(through) {
+			if !blocked && !w.rdAtomic && w.first.LessEq(through) && q.compPSN.LessEq(through) {
 				q.compPSN = through.Next()
 				progress = true
 			}
@@ -85,9 +111,7 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 				code := syn.Value()
 				if code == bth.NAKPSNSequenceError {
 					q.ctr.RcvdSeqErr++
-					if !(q.rnrWait && psn == q.rnrPSN) {
-						seqNAK, retryFrom = true, psn
-					}
+					seqNAK = !(q.rnrWait && psn == q.rnrPSN)
 					break
 				}
 				failSt = nakStatus(code)
@@ -102,7 +126,16 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 				rnr = true
 			}
 		case bth.KindReadResponse:
-			failSt, progress, implied, retryFrom = q.readResponse(w, p, psn, progress)
+			seq := q.answers(w, psn)
+			var gap bool
+			failSt, gap = q.readResponse(now, wi, w, p, psn, &progress)
+			if gap {
+				asks++
+			}
+			if seq > q.rd.seen {
+				q.rd.seen = seq
+				asks += q.lostBefore(seq)
+			}
 		case bth.KindAtomicAck:
 			if !w.rdAtomic || w.wr.Opcode == WRRead || psn != w.first {
 				q.ctr.DroppedPkts++
@@ -114,42 +147,98 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 				failSt = WCLocProtErr
 				break
 			}
-			w.done = true
-			q.rdOut--
-			q.compPSN = psn.Next()
+			q.rdDone(now, w)
 			progress = true
 		}
 	}
+	q.retire()
+	q.updateComp()
 	if progress {
 		if q.gentle {
 			q.endGentle()
 		}
-		q.onProgress(now)
-		// A retransmission under way need not resend what is now
-		// acknowledged (and whose slots retire below).
-		if q.curIdx != sq.next {
-			if c := sq.at(q.curIdx); c.first.Add(int(q.curPkt)).Less(q.compPSN) {
-				q.seek(q.compPSN)
-			}
-		}
+		q.onProgress(now, q.compPSN != comp)
 	}
-	q.retire()
+	// A retransmission under way need not resend what is now answered.
+	q.skipAnswered()
 	switch {
 	case failSt != WCSuccess:
 		q.failWQE(w, failSt)
+		return
 	case rnr:
 		q.rnrNAK(now, w, psn, syn.Value())
 	case implied:
-		q.ctr.ImpliedNakSeqErr++
-		// One go-back per lost READ response: while a retransmission
-		// from an earlier or equal PSN is under way and nothing new was
-		// acknowledged, later gaps are the rest of the first response
-		// stream arriving.
-		if q.retrying && q.retryPSN.LessEq(retryFrom) {
+		q.goBackFor(now, backImplied, impliedAt)
+	case seqNAK:
+		q.goBackFor(now, backSeqNAK, psn)
+	}
+	if asks > 0 && (q.state == StateRTS || q.state == StateSQD) {
+		q.goBackFor(now, backAsk, 0)
+	}
+}
+
+// updateComp moves compPSN to the oldest PSN not yet answered: in the
+// oldest WQE not done, past the READ responses received in order, or
+// past the packets of a SEND or WRITE acknowledged so far.
+func (q *QP) updateComp() {
+	sq := &q.sq
+	for i := sq.head; i != sq.next; i++ {
+		w := sq.at(i)
+		if w.done {
+			continue
+		}
+		p := w.first.Add(int(w.rcvd))
+		if !w.rdAtomic && w.first.Less(q.compPSN) && q.compPSN.LessEq(w.last()) {
+			p = q.compPSN
+		}
+		q.compPSN = p
+		return
+	}
+	q.compPSN = q.nextPSN
+}
+
+// skipAnswered moves the transmit cursor past the WQEs done and the
+// packets acknowledged.
+func (q *QP) skipAnswered() {
+	sq := &q.sq
+	for q.curIdx != sq.next {
+		c := sq.at(q.curIdx)
+		if !c.done {
+			if !c.rdAtomic && c.first.Add(int(q.curPkt)).Less(q.compPSN) {
+				q.curPkt = uint32(q.compPSN.Sub(c.first))
+			}
 			return
 		}
-		q.retry(retryFrom)
-	case seqNAK:
+		q.curIdx++
+		q.curPkt = 0
+	}
+}
+
+// backReason is why the requester goes back.
+type backReason uint8
+
+const (
+	backSeqNAK  backReason = iota // a PSN sequence NAK: the responder lacks the requests from its PSN on
+	backImplied                   // an ACK or NAK past a READ or atomic that lacks responses: go-back-N from the first missing one
+	backAsk                       // responses of READs or atomics lost: those alone are asked for again (askAgain)
+	backTimeout                   // the local ACK timer expired: everything unacknowledged
+	backProbe                     // the probe timer expired with READs unanswered: the first and the last ask again, uncharged (askStalled)
+	backRNR                       // an RNR NAK: from its PSN, once the RNR wait is over (rnrNAK)
+)
+
+// goBackFor starts a retransmission, for why, from PSN from. It is the
+// one place where the requester decides to send again. Go-back-N (the
+// seqNAK, implied, timeout and RNR reasons) moves the transmit cursor
+// back: every request from there on is sent again, but for the WQEs
+// answered in full meanwhile, and a READ asks only for the responses it
+// lacks. Asking again (askAgain, the ask and probe reasons) sends one
+// READ request per READ for its missing responses, and an atomic again,
+// and leaves the cursor where it is. Every reason but RNR and the probe
+// charges retry_cnt (the ask reason once per response that shows new
+// losses).
+func (q *QP) goBackFor(now Time, why backReason, from bth.PSN) {
+	switch why {
+	case backSeqNAK:
 		// A responder NAKs an expected PSN once, and again only when
 		// the requests it receives show that the requester went back
 		// and the retransmission was lost too (respondRC): a sequence
@@ -157,15 +246,29 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		// started this go-back: arriving sooner after it than any
 		// round trip could bring an answer to the retransmission, it
 		// is that NAK again (repeated by a responder, or duplicated on the way).
-		if q.retrying && retryFrom == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
+		if q.retrying && from == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
 			return
 		}
-		plain := q.gentleNAK(retryFrom)
-		q.retry(retryFrom)
+		plain := q.gentleNAK(from)
+		q.retry(from)
 		q.retryAt = now
 		if !plain && (q.state == StateRTS || q.state == StateSQD) {
 			q.startGentle()
 		}
+	case backImplied:
+		q.ctr.ImpliedNakSeqErr++
+		q.retry(from)
+	case backAsk:
+		q.ctr.ImpliedNakSeqErr++
+		q.charge()
+	case backTimeout:
+		q.ctr.LocalAckTimeoutErr++
+		q.retry(from)
+		q.retryAt = now
+	case backProbe:
+		q.askStalled()
+	case backRNR:
+		q.goBack(from)
 	}
 }
 
@@ -182,7 +285,10 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 // gentleMisses such answers in a row the requester takes the responder
 // for one that drops, and sends everything again at once, trying the
 // gentle way every gentleRetest go-backs in case it was short of
-// buffers, or two losses in a row looked alike.
+// buffers, or two losses in a row looked alike. No responder keeps a
+// READ or atomic past a gap: when the NAKed request is one, it goes
+// again with the READs and atomics that follow it, up to the first SEND
+// or WRITE, which waits for their answers.
 
 const (
 	gentleRetest = 32
@@ -196,7 +302,7 @@ func (q *QP) startGentle() {
 		}
 		q.gentleOff = 0
 	}
-	q.gentle, q.gentleSent, q.gentleProbe = true, 0, false
+	q.gentle, q.gentleSent, q.gentleProbe, q.gentleReads = true, 0, false, false
 	if !q.gentleWants() {
 		q.gentle = false // nothing to resend at the NAKed PSN
 	}
@@ -233,19 +339,27 @@ func (q *QP) gentleNAK(from bth.PSN) bool {
 
 // sendGentle sends the packets of a gentle go-back: the NAKed packet,
 // then the probe. The transmit cursor stays on the NAKed packet: an ACK
-// moves it on. A READ or atomic request goes alone (its responses move
-// the requester on).
+// moves it on. A READ or atomic request goes with the READs and atomics
+// after it, without a probe, and the cursor with them (their responses
+// move the requester on).
 func (q *QP) sendGentle(now Time) bool {
 	if !q.gentleWants() {
 		return false
 	}
+	w := q.sq.at(q.curIdx)
+	if w.rdAtomic {
+		if !q.emit(now, w) {
+			return false
+		}
+		q.gentleSent, q.gentleReads = 1, true
+		return true
+	}
 	if q.gentleSent == 0 {
-		w := q.sq.at(q.curIdx)
 		if sent, _ := q.emitPkt(now, w, q.curIdx, q.curPkt); !sent {
 			return false
 		}
 		q.gentleSent = 1
-		if _, _, ok := q.probeTarget(); !ok || w.rdAtomic {
+		if _, _, ok := q.probeTarget(); !ok {
 			q.gentleOn()
 		}
 		return true
@@ -275,6 +389,9 @@ func (q *QP) gentleWants() bool {
 		return false
 	}
 	w := q.sq.at(q.curIdx)
+	if q.gentleReads {
+		return w.rdAtomic
+	}
 	if w.first.Add(int(q.curPkt)) != q.retryPSN {
 		return false
 	}
@@ -282,9 +399,6 @@ func (q *QP) gentleWants() bool {
 	case 0:
 		return true
 	case 1:
-		if w.rdAtomic {
-			return false
-		}
 		_, _, ok := q.probeTarget()
 		return ok
 	}
@@ -319,25 +433,6 @@ func (q *QP) lastSent() (uint64, uint32, bool) {
 	return 0, 0, false
 }
 
-// readStalled reports whether the highest PSN sent belongs to a READ and
-// no atomic is unacknowledged: a probe then requests again.
-func (q *QP) readStalled() bool {
-	psn := q.sentHigh.Add(-1)
-	last := false
-	sq := &q.sq
-	for i := sq.head; i != sq.next; i++ {
-		w := sq.at(i)
-		if w.done {
-			continue
-		}
-		if w.rdAtomic && w.wr.Opcode != WRRead {
-			return false
-		}
-		last = w.wr.Opcode == WRRead && psn.InWindow(w.first, int(w.npkts))
-	}
-	return last
-}
-
 // emitAcked sends packet k of WQE idx again with the A bit.
 func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
 	q.forceAck = true
@@ -346,19 +441,31 @@ func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
 	return sent
 }
 
-// readResponse takes one READ response packet for WQE w.
-func (q *QP) readResponse(w *sendWQE, p *bth.Packet, psn bth.PSN, progress bool) (WCStatus, bool, bool, bth.PSN) {
+// readResponse takes a response packet at psn for READ w (queue counter
+// i), received at now, and sets progress when it is new. It returns the completion status
+// of a bad response, and whether the packet shows w's responses from rcvd
+// on lost (a gap), which it then asks for again.
+func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth.PSN, progress *bool) (WCStatus, bool) {
 	if w.wr.Opcode != WRRead {
 		q.ctr.DroppedPkts++
-		return WCSuccess, progress, false, 0
+		return WCSuccess, false
 	}
+	pos := p.Info.Pos
+	ends := pos == bth.PosLast || pos == bth.PosOnly
 	exp := w.first.Add(int(w.rcvd))
 	if psn != exp {
+		gap := false
 		if exp.Less(psn) {
-			// A response packet is missing: implied NAK.
-			return WCSuccess, progress, true, exp
+			// A response packet is missing: implied NAK, unless an
+			// earlier request may still be answering.
+			if gap = q.lostGap(i, w); gap {
+				q.askAgain(w, askGap)
+			}
+			if ends && w.ask.older > 0 {
+				w.ask.older-- // whichever request it answers, one more earlier answer is over
+			}
 		}
-		return WCSuccess, progress, false, 0
+		return WCSuccess, gap // a gap, or a duplicate
 	}
 	// The PSN fixes the offset. After a re-request the responses restart
 	// with FIRST (or ONLY), and late responses of the first request may
@@ -368,24 +475,288 @@ func (q *QP) readResponse(w *sendWQE, p *bth.Packet, psn bth.PSN, progress bool)
 	k := w.rcvd
 	mtu := uint32(q.mtu)
 	end := k == w.npkts-1
-	pos := p.Info.Pos
 	n := mtu
 	if end {
 		n = w.length - k*mtu
 	}
-	if end != (pos == bth.PosLast || pos == bth.PosOnly) || uint32(p.PayloadN) != n {
-		return WCBadRespErr, progress, false, 0
+	if end != ends || uint32(p.PayloadN) != n {
+		return WCBadRespErr, false
 	}
 	if !q.scatterSend(w, k*mtu, p.Payload()) {
-		return WCLocProtErr, progress, false, 0
+		return WCLocProtErr, false
+	}
+	if k == w.ask.from && (w.ask.gap || k > 0 && (pos == bth.PosFirst || pos == bth.PosOnly)) {
+		// The answer to the last request has begun: the earlier ones
+		// lack this response, or have a MIDDLE or LAST here. (A
+		// responder may also end an answer when asked again, as
+		// rdma_rxe does, and answer from MIDDLE.)
+		w.ask.older = 0
 	}
 	w.rcvd++
-	q.compPSN = psn.Next()
+	*progress = true
 	if w.rcvd == w.npkts {
-		w.done = true
+		q.rdDone(now, w)
+	}
+	return WCSuccess, false
+}
+
+// READ recovery. A READ whose responses were lost asks for the rest: a
+// READ request at the PSN of the first response missing, for the bytes
+// from there to the end (emitPkt), which the responder answers as a
+// duplicate READ. Its later responses, and those of other READs, are
+// kept; so is every READ answered in full, which no go-back asks for
+// again. An atomic whose ACK was lost is sent again, and answered from
+// the responder's saved result.
+//
+// Responders answer requests in the order they arrive, so a response
+// shows responses lost when it comes after them: a response past the
+// one expected of the same READ (a gap), or the answer to a request sent
+// after the READ's last one. Telling which request a response answers
+// takes care: a READ asked for again has two answers in flight for a
+// while, the first going on after its gap, and responses to requests
+// sent before the request again show nothing. So each READ or atomic
+// keeps what its last request asked for (askState):
+//
+//   - a gap counts unless an earlier answer may still come (older: one
+//     more for each request again while the last answer goes on, one
+//     less at each end of an answer, none once the new answer begins or
+//     the answer to a later request does);
+//   - a response past the READ answers a later request when its PSN is
+//     at or above those sent by the time of the READ's last request
+//     (mark); a READ response also when it is known to answer a READ
+//     request sent later (seq, see answers and lostBefore), wherever
+//     its PSN lies.
+//
+// What no response shows, the loss probe asks for (askStalled) when
+// nothing new comes for a while, the while set by the pace of READ
+// answers rather than their round trip (readPace); the ACK timer, which
+// only an answer to the oldest request outstanding restarts, bounds it
+// all.
+//
+// max_rd_atomic credits come back in order: a READ answered in full
+// behind one still missing responses keeps its credit, so that no more
+// READs and atomics are outstanding than the responder keeps for
+// duplicates (max_dest_rd_atomic): the responses asked for again are
+// still there to be sent.
+
+// rdState is the requester's part for READs and atomics.
+type rdState struct {
+	held uint64 // queue counter from which READs and atomics hold their credits
+	asks int    // WQEs with a request due for missing responses (askState.due)
+	seq  uint64 // READ and atomic requests sent
+	seen uint64 // the latest of them whose answer has begun
+	pace readPace
+}
+
+// readPace is how soon a READ's answer is due once the responder turns
+// to it (probeTimeout). A READ's round trip is no measure of it: it
+// holds the time the READ queued behind the others.
+type readPace struct {
+	est  rttEst  // from the end of the answer before, or the request if later, to the end of the answer ...
+	min  Time    // ... at least the quickest round trip, less than which no answer takes
+	on   bool    // one READ is timed at a time: this one ...
+	psn  bth.PSN // ... whose last PSN is this ...
+	at   Time    // ... requested at this time
+	done Time    // when the last READ was answered in full
+}
+
+// start starts timing the answer of the new READ w, requested at now,
+// unless another is being timed.
+func (p *readPace) start(now Time, w *sendWQE) {
+	if !p.on {
+		p.on, p.psn, p.at = true, w.last(), now
+	}
+}
+
+// stop stops timing READ w (or, with w nil, any), asked for again: its
+// answer may then be either request's. Before the first sample the
+// timing goes on: a first estimate too long is better than none.
+func (p *readPace) stop(w *sendWQE) {
+	if p.est.srtt != 0 && (w == nil || p.psn == w.last()) {
+		p.on = false
+	}
+}
+
+// answered takes note that READ w was answered in full at now, and
+// samples the pace if w was timed. Answers that come in a burst, read at
+// one clock tick, take no time: the quickest round trip bounds the pace
+// from below. Before the first sample, any READ answered in full gives
+// one, too long if anything: it was requested after the READ timed,
+// which may be the one that lost responses.
+func (p *readPace) answered(now Time, w *sendWQE) {
+	if p.on && (p.psn == w.last() || p.est.srtt == 0) {
+		p.on = false
+		p.est.sample(now - max(p.at, p.done))
+		if d := max(now-p.at, 1); p.min == 0 || d < p.min {
+			p.min = d
+		}
+	}
+	p.done = now
+}
+
+// timeout returns the probe timeout while a READ is the oldest request
+// outstanding, false before the first sample.
+func (p *readPace) timeout() (Time, bool) {
+	if p.est.srtt == 0 {
+		return 0, false
+	}
+	return max(p.est.timeout(), 2*p.min), true
+}
+
+// answers returns the seq of the request of READ w that the response at
+// psn answers, or 0 if it may answer an earlier one: its last request's,
+// unless an earlier answer may still come or psn lies before what the
+// last request asked for.
+func (q *QP) answers(w *sendWQE, psn bth.PSN) uint64 {
+	if w.wr.Opcode != WRRead || w.ask.older > 0 || psn.Sub(w.first) < int(w.ask.from) {
+		return 0
+	}
+	return w.ask.seq
+}
+
+// lostBefore takes note that the answer to the s'th READ or atomic
+// request has begun: the answers to the requests before it are over. It
+// asks again for what the READs and atomics lack whose last request
+// went before, and returns how many it asks for.
+func (q *QP) lostBefore(s uint64) int {
+	n := 0
+	sq := &q.sq
+	for i := sq.head; i != q.curIdx; i++ {
+		w := sq.at(i)
+		if !w.rdAtomic || w.done {
+			continue
+		}
+		if a := &w.ask; a.older > 0 && a.prev < s {
+			a.older = 0
+		}
+		if !w.ask.due && w.ask.seq < s {
+			q.askAgain(w, askOver)
+			n++
+		}
+	}
+	return n
+}
+
+// lostPast reports whether a response at psn, past READ or atomic w
+// (queue counter i), shows w's missing responses lost: whether it
+// answers a request first sent after w's last one. If the cursor is yet
+// to send w, it is not asked for apart.
+func (q *QP) lostPast(i uint64, w *sendWQE, psn bth.PSN) bool {
+	if psn.Less(w.ask.mark) {
+		return false // sent by the responder before it had w's last request
+	}
+	return i < q.curIdx && !w.ask.due
+}
+
+// lostGap reports whether a gap in the responses of READ w (queue
+// counter i) shows the responses from rcvd on lost.
+func (q *QP) lostGap(i uint64, w *sendWQE) bool {
+	return w.ask.older == 0 && i < q.curIdx && !w.ask.due
+}
+
+// askWhy is what is known of the answer to the last request of a READ
+// asked for again.
+type askWhy uint8
+
+const (
+	askOver askWhy = iota // it is over
+	askGap                // it has a gap where the rest begins, and may go on after it
+	askLate               // it may go on, or not have begun (the probe)
+)
+
+// askAgain makes a request for the responses w lacks due (sendAsk).
+func (q *QP) askAgain(w *sendWQE, why askWhy) {
+	a := &w.ask
+	a.due, a.gap = true, why == askGap
+	if why == askOver {
+		a.older = 0
+	} else if a.older < 255 {
+		a.older++
+		a.prev = a.seq
+	}
+	q.rd.asks++
+}
+
+// askStalled asks again for what the first and the last READ sent that
+// lack responses lack (the probe timer expired): the first, whose
+// answer is due before the others' and which a responder that lost its
+// request executes as new; the last, which such a responder, having
+// dropped what followed the gap and seen the last already, NAKs again
+// for the first one it lacks. Answers show what else was lost, as any
+// answer to a later request does (lostBefore).
+func (q *QP) askStalled() {
+	sq := &q.sq
+	var first, last *sendWQE
+	for i := sq.head; i != q.curIdx; i++ {
+		w := sq.at(i)
+		if w.done || w.wr.Opcode != WRRead {
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		last = w
+	}
+	for _, w := range [2]*sendWQE{first, last} {
+		if w != nil && !w.ask.due {
+			q.askAgain(w, askLate)
+		}
+	}
+}
+
+// sendAsk sends the oldest request due for missing responses. found is
+// false when none is due.
+func (q *QP) sendAsk(now Time) (sent, found bool) {
+	sq := &q.sq
+	for i := sq.head; i != q.curIdx; i++ {
+		if w := sq.at(i); w.ask.due {
+			sent, _ = q.emitPkt(now, w, i, 0)
+			return sent, true
+		}
+	}
+	q.rd.asks = 0
+	return false, false
+}
+
+// asked takes note of a request of READ or atomic w just sent.
+func (q *QP) asked(w *sendWQE) {
+	a := &w.ask
+	if a.due {
+		a.due = false
+		q.rd.asks--
+	}
+	if a.seq != 0 {
+		q.rd.pace.stop(w)
+	}
+	q.rd.seq++
+	a.from, a.mark, a.seq = w.rcvd, q.sentHigh, q.rd.seq
+}
+
+// rdDone marks READ or atomic w answered in full at now, and gives back
+// the credits that are free now: those of the READs and atomics answered
+// in full up to the first that is not.
+func (q *QP) rdDone(now Time, w *sendWQE) {
+	if w.wr.Opcode == WRRead {
+		q.rd.pace.answered(now, w)
+	}
+	w.done = true
+	if w.ask.due {
+		w.ask.due = false
+		q.rd.asks--
+	}
+	sq := &q.sq
+	i := max(q.rd.held, sq.head)
+	for ; i != sq.next; i++ {
+		x := sq.at(i)
+		if !x.rdAtomic {
+			continue
+		}
+		if !x.done {
+			break
+		}
 		q.rdOut--
 	}
-	return WCSuccess, true, false, 0
+	q.rd.held = i
 }
 
 // nakStatus maps a NAK code to the requester's completion status.
@@ -403,9 +774,12 @@ func nakStatus(code uint8) WCStatus {
 	return WCBadRespErr
 }
 
-// onProgress resets the retry counters and restarts the ACK timer and
-// the loss probe after a response acknowledged something new.
-func (q *QP) onProgress(now Time) {
+// onProgress resets the retry counters and restarts the loss probe
+// after a response acknowledged something new, and the ACK timer when
+// that was the oldest request outstanding (moved: compPSN moved on):
+// the timer bounds the time a request waits for its answer, also while
+// later ones are answered.
+func (q *QP) onProgress(now Time, moved bool) {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.retrying = false
 	c := q.compCost()
@@ -420,7 +794,9 @@ func (q *QP) onProgress(now Time) {
 	if q.compPSN == q.sentHigh {
 		q.ackArmed = false
 	} else {
-		q.armAck(now)
+		if moved || !q.ackArmed {
+			q.armAck(now)
+		}
 		q.armProbe(now)
 	}
 }
@@ -428,22 +804,31 @@ func (q *QP) onProgress(now Time) {
 // infiniteRetry reports whether retry_cnt never runs out.
 func (q *QP) infiniteRetry() bool { return q.caps.InfiniteRetry7 && q.attr.RetryCnt == 7 }
 
-// retry goes back to PSN from after a sequence NAK, an implied NAK or a
-// timeout, charging the retry counter; when it is exhausted the oldest
-// outstanding WQE completes with WCRetryExcErr.
+// retry goes back to PSN from (go-back-N) after a sequence NAK, an
+// implied NAK or a timeout, charging the retry counter.
 func (q *QP) retry(from bth.PSN) {
+	if !q.charge() {
+		return
+	}
+	q.shrinkWindow()
+	q.retrying, q.retryPSN = true, from
+	q.goBack(from)
+}
+
+// charge takes a retry from retry_cnt. When none is left the oldest
+// outstanding WQE completes with WCRetryExcErr (the QP enters ERR) and
+// charge reports false.
+func (q *QP) charge() bool {
 	if q.retryLeft == 0 && !q.infiniteRetry() {
 		q.ctr.RetryExceededErr++
 		q.failWQE(q.oldest(), WCRetryExcErr)
-		return
+		return false
 	}
 	if !q.infiniteRetry() {
 		q.retryLeft--
 	}
-	q.shrinkWindow()
 	q.ctr.CompleterRetryErr++
-	q.retrying, q.retryPSN = true, from
-	q.goBack(from)
+	return true
 }
 
 // rnrNAK handles an RNR NAK for PSN psn of WQE w: wait for the timer
@@ -461,7 +846,7 @@ func (q *QP) rnrNAK(now Time, w *sendWQE, psn bth.PSN, code uint8) {
 	// before has been recovered, so the transport retry count starts
 	// afresh (rnr_retry bounds the RNR NAKs).
 	q.retryLeft = q.attr.RetryCnt
-	q.goBack(psn)
+	q.goBackFor(now, backRNR, psn)
 	q.rnrWait = true
 	q.rnrPSN = psn
 	q.rnrUntil = now + time.Duration(bth.RNRTimerMicros[code&31])*time.Microsecond
@@ -479,27 +864,38 @@ func (q *QP) oldest() *sendWQE {
 }
 
 // goBack moves the transmit cursor to PSN from (go-back-N): everything
-// from there on is sent again.
+// from there on that is not done is sent again, and what the cursor
+// will send is no longer asked for apart.
 func (q *QP) goBack(from bth.PSN) {
 	q.ackArmed = false
 	q.gentle = false
 	q.rttOn = false
+	q.rd.pace.stop(nil)
 	q.stopProbe()
 	q.seek(from)
+	for i := q.curIdx; q.rd.asks > 0 && i != q.sq.next; i++ {
+		if w := q.sq.at(i); w.ask.due {
+			w.ask.due = false
+			q.rd.asks--
+		}
+	}
 }
 
-// seek moves the transmit cursor to PSN from.
+// seek moves the transmit cursor to PSN from, or to the first WQE after
+// it that is not done. On a READ the cursor stays at packet 0: emitPkt
+// asks for the responses the READ lacks.
 func (q *QP) seek(from bth.PSN) {
 	sq := &q.sq
 	for i := sq.head; i != sq.next; i++ {
 		w := sq.at(i)
-		if w.done {
+		if w.done || w.last().Less(from) {
 			continue
 		}
-		if from.InWindow(w.first, int(w.npkts)) {
-			q.curIdx, q.curPkt = i, uint32(from.Sub(w.first))
-			return
+		q.curIdx, q.curPkt = i, 0
+		if !w.rdAtomic && w.first.Less(from) {
+			q.curPkt = uint32(from.Sub(w.first))
 		}
+		return
 	}
 	q.curIdx, q.curPkt = sq.next, 0
 }
@@ -510,9 +906,7 @@ func (q *QP) ackTimeout(now Time) {
 	if q.compPSN == q.sentHigh {
 		return
 	}
-	q.ctr.LocalAckTimeoutErr++
-	q.retry(q.compPSN)
-	q.retryAt = now
+	q.goBackFor(now, backTimeout, q.compPSN)
 }
 
 // Loss probes. Go-back-N recovers a lost request packet as soon as a
@@ -536,37 +930,61 @@ const (
 	maxProbeShift = 10                    // probe backoff: at most 2^10 × the first timeout
 )
 
-// rttSample feeds one round-trip time into the smoothed estimate
-// (RFC 6298's filter).
+// rttSample feeds one round-trip time into the smoothed estimate.
 func (q *QP) rttSample(d Time) {
-	if d <= 0 {
-		d = 1
-	}
+	d = max(d, 1)
 	if q.minRTT == 0 || d < q.minRTT {
 		q.minRTT = d
 	}
-	if q.srtt == 0 {
-		q.srtt, q.rttvar = d, d/2
+	q.rtt.sample(d)
+}
+
+// rttEst is a smoothed round-trip time and its deviation (RFC 6298's
+// filter).
+type rttEst struct {
+	srtt, rttvar Time
+}
+
+func (e *rttEst) sample(d Time) {
+	if d <= 0 {
+		d = 1
+	}
+	if e.srtt == 0 {
+		e.srtt, e.rttvar = d, d/2
 		return
 	}
-	dev := q.srtt - d
+	dev := e.srtt - d
 	if dev < 0 {
 		dev = -dev
 	}
-	q.rttvar = (3*q.rttvar + dev) / 4
-	q.srtt = (7*q.srtt + d) / 8
+	e.rttvar = (3*e.rttvar + dev) / 4
+	e.srtt = (7*e.srtt + d) / 8
 }
+
+// timeout returns the probe timeout of the estimate: the smoothed round
+// trip plus twice its deviation, at least a quarter more.
+func (e *rttEst) timeout() Time { return max(e.srtt*5/4, e.srtt+2*e.rttvar) }
 
 // probeTimeout returns the probe timeout, or false when there is no
 // round-trip estimate yet or the probe would not come before the ACK
-// timeout. It is short (the smoothed round trip plus twice its
-// deviation, at least a quarter more): a needless probe costs one
-// duplicate packet, a late one the link's time.
+// timeout. It is short (rttEst.timeout): a needless probe costs one
+// duplicate packet, or a READ's missing responses once more, a late one
+// the link's time. When a READ is the oldest request outstanding, the
+// READ pace stands for the round trip (readPace).
 func (q *QP) probeTimeout() (Time, bool) {
-	if q.srtt == 0 || q.attr.Timeout == 0 {
+	if q.attr.Timeout == 0 {
 		return 0, false
 	}
-	d := max(q.srtt*5/4, q.srtt+2*q.rttvar, minProbe) << q.probeShift
+	d, ok := q.rtt.timeout(), q.rtt.srtt != 0
+	if q.compPSN != q.sentHigh && q.oldest().wr.Opcode == WRRead {
+		if p, pok := q.rd.pace.timeout(); pok {
+			d, ok = p, true
+		}
+	}
+	if !ok {
+		return 0, false
+	}
+	d = max(d, minProbe) << q.probeShift
 	return d, d < ackTimeoutDur(q.attr.Timeout)
 }
 
@@ -583,27 +1001,28 @@ func (q *QP) armProbe(now Time) {
 func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
 
 // sendProbe sends the loss probe: the highest-PSN packet sent, again,
-// with the A bit. It reports false when the Output is full. When that
-// packet is a READ request, its responses stopped coming (the last ones
-// were lost, or the request): the requester goes back to the oldest
-// unacknowledged PSN, as the ACK timeout would but without charging a
-// retry, and so requests the rest of a READ again, which a responder
-// answers from the data (IBTA duplicate READ). Atomics wait for the ACK
-// timeout.
+// with the A bit. It reports false when the Output is full. READs whose
+// responses stopped coming (the last ones were lost, or the request)
+// ask for the responses they lack again, without charging a retry,
+// which a responder answers from the data (IBTA duplicate READ).
+// Atomics wait for the ACK timeout.
 func (q *QP) sendProbe(now Time) bool {
 	q.probeWant = false
-	if q.readStalled() {
-		q.goBack(q.compPSN)
-		q.ctr.LossProbes++
-	} else if idx, k, ok := q.lastSent(); ok {
+	asked := q.rd.asks
+	q.goBackFor(now, backProbe, 0)
+	probed := q.rd.asks > asked
+	if idx, k, ok := q.lastSent(); ok {
 		if !q.emitAcked(now, idx, k) {
 			if q.state == StateRTS || q.state == StateSQD {
 				q.probeWant = true
 			}
 			return false
 		}
-		q.ctr.LossProbes++
+		probed = true
 		q.rttOn = false
+	}
+	if probed {
+		q.ctr.LossProbes++
 	}
 	if q.probeShift < maxProbeShift {
 		q.probeShift++

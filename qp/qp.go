@@ -38,7 +38,8 @@ type QP struct {
 	sentHigh    bth.PSN // one past the highest PSN ever transmitted
 	curIdx      uint64  // transmit cursor: WQE counter ...
 	curPkt      uint32  // ... and packet (PSN offset) within it
-	rdOut       int     // READ/atomic requests started and not done
+	rdOut       int     // READ/atomic requests holding a max_rd_atomic credit (rd.held)
+	rd          rdState // READs and atomics whose responses were lost (completer.go)
 	retryLeft   uint8
 	rnrLeft     uint8
 	ackArmed    bool
@@ -61,20 +62,21 @@ type QP struct {
 	gentle      bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
 	gentleSent  uint8   // ... packets sent so far: 1 the NAKed one, 2 the probe too ...
 	gentleProbe bool    // ... a probe was sent
+	gentleReads bool    // ... or the NAKed request was a READ or atomic: those after it go too
 	peerKeeps   int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
 	gentleMiss  int     // gentle go-backs in a row answered as by a responder that drops
 	gentleOff   int     // go-backs since the responder was last taken not to keep them
 
 	// Round-trip time estimate and the tail-loss probe (completer.go).
-	srtt, rttvar Time
-	minRTT       Time
-	rttOn        bool    // an A-bit packet is being timed ...
-	rttPSN       bth.PSN // ... this one ...
-	rttAt        Time    // ... sent at this time
-	probeArmed   bool
-	probeDue     Time
-	probeWant    bool  // the probe timer expired: Pump sends a probe
-	probeShift   uint8 // probe timer backoff since the last progress
+	rtt        rttEst
+	minRTT     Time
+	rttOn      bool    // an A-bit packet is being timed ...
+	rttPSN     bth.PSN // ... this one ...
+	rttAt      Time    // ... sent at this time
+	probeArmed bool
+	probeDue   Time
+	probeWant  bool  // the probe timer expired: Pump sends a probe
+	probeShift uint8 // probe timer backoff since the last progress
 
 	// Receive queue and responder (responder.go, ud.go).
 	rq   recvQueue
@@ -178,11 +180,12 @@ func (q *QP) reset() {
 	q.rq.clear()
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
 	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
+	q.rd = rdState{}
 	q.win, q.winGrow = q.winLeast, 0
 	q.retryLeft, q.rnrLeft = 0, 0
 	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
 	q.gentle, q.gentleProbe, q.peerKeeps, q.gentleOff, q.gentleMiss = false, false, 0, 0, 0
-	q.srtt, q.rttvar, q.minRTT, q.rttOn = 0, 0, 0, false
+	q.rtt, q.minRTT, q.rttOn = rttEst{}, 0, false
 	q.stopProbe()
 	q.ePSN = 0
 	q.resetResponder()
@@ -227,6 +230,7 @@ func (q *QP) flushSend() {
 	}
 	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
 	q.rdOut = 0
+	q.rd.held, q.rd.asks = sq.tail, 0
 	q.gentle = false
 	q.compPSN = q.nextPSN
 }
@@ -427,7 +431,7 @@ func (q *QP) Busy() bool {
 	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait {
 		return false
 	}
-	if q.probeWant {
+	if q.probeWant || q.rd.asks > 0 {
 		return true
 	}
 	if q.gentle {

@@ -24,6 +24,21 @@ type sendWQE struct {
 	cost0    uint64  // send window cost of the requests started before it
 	done     bool    // acknowledged (or failed): ready to retire in order
 	status   WCStatus
+	ask      askState // READ or atomic: its last request (completer.go)
+}
+
+// askState is what the last request of a READ or atomic asked for, and
+// whether another is due. Responses tell which request they answer only
+// by their order: the responder answers requests in the order they
+// arrive (see READ recovery in completer.go).
+type askState struct {
+	seq   uint64  // the last request was the seq'th READ or atomic request sent (QP.rd.seq) ...
+	from  uint32  // ... and asked for the responses from this packet on ...
+	mark  bth.PSN // ... when sentHigh was this: a response from mark on answers a later request
+	prev  uint64  // the latest earlier request whose answer may still come ...
+	older uint8   // ... and how many such answers there may be, after packet from
+	gap   bool    // the answers before the last one lack packet from (askGap)
+	due   bool    // a request for the responses from rcvd on is to be sent (sendAsk)
 }
 
 // last returns the last PSN of the request.

@@ -283,6 +283,11 @@ func (q *QP) failWQE(w *sendWQE, st WCStatus) {
 // when the cursor reaches it. It reports whether a packet went out.
 func (q *QP) sendOne(now Time) bool {
 	sq := &q.sq
+	if q.rd.asks > 0 {
+		if sent, found := q.sendAsk(now); found {
+			return sent
+		}
+	}
 	if q.gentle {
 		if q.gentleWants() {
 			return q.sendGentle(now)
@@ -363,6 +368,9 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 			w.done = true
 			q.retire()
 		}
+		// The cursor's request is the only one of w in flight now.
+		w.ask.older = 0
+		q.skipAnswered()
 	} else {
 		q.curPkt++
 	}
@@ -374,6 +382,12 @@ func (q *QP) emit(now Time, w *sendWQE) bool {
 // the request.
 func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last bool) {
 	mtu := uint32(q.mtu)
+	if w.wr.Opcode == WRRead {
+		// A READ asks for the responses it lacks: from the first
+		// missing one, at its PSN, with the address moved on and the
+		// length cut to match (a new READ asks for all of them).
+		k = w.rcvd
+	}
 	psn := w.first.Add(int(k))
 	var h *bth.Headers
 	var payload []byte
@@ -460,6 +474,8 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		}
 		if psn.Less(q.sentHigh) {
 			q.ctr.RetransmittedPkts++
+		} else if w.wr.Opcode == WRRead {
+			q.rd.pace.start(now, w)
 		} else if h.BTH.AckReq && !q.rttOn && !w.rdAtomic {
 			// Time a new packet's acknowledgement (never a resent
 			// one's: its ACK may answer the first copy).
@@ -467,6 +483,9 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		}
 		if q.sentHigh.Less(end) {
 			q.sentHigh = end
+		}
+		if w.rdAtomic {
+			q.asked(w)
 		}
 		if !q.ackArmed {
 			q.armAck(now)

@@ -869,19 +869,24 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 // lies within the READ saved in res, and may be executed again: its
 // responses fall in the saved PSN range, it names the same R_Key, and
 // its bytes are bytes of the original request (a requester asks again
-// for all or, from the first response it lacks, the rest of a READ).
-// Anything else is dropped, as rdma_rxe drops it (a class D error):
-// what it would read was never granted by the request being repeated.
+// for all or, from the first response it lacks, the rest of a READ),
+// starting in the original's response at psn: the responses, PSN psn
+// first, carry what the original's did from there on. Anything else is
+// dropped, a class D error (rdma_rxe drops what lies outside the saved
+// READ): what it would read was never granted by the request being
+// repeated, or would land in the wrong place.
 func (q *QP) dupReadFits(res *rdRes, psn bth.PSN, src memRef) bool {
-	if src.dlen > maxMessage || psn.Add(int(q.respPkts(src.dlen))).Sub(res.first) > int(res.npkts) {
+	k := psn.Sub(res.first) // ≥ 0: findRes found psn in the saved range
+	if src.dlen > maxMessage || k+int(q.respPkts(src.dlen)) > int(res.npkts) {
 		return false
 	}
 	if src.dlen == 0 {
 		return true
 	}
 	o := res.read
-	return src.rkey == o.rkey && src.va >= o.va && src.va-o.va <= uint64(o.dlen) &&
-		uint64(src.dlen) <= uint64(o.dlen)-(src.va-o.va)
+	off := src.va - o.va
+	return src.rkey == o.rkey && src.va >= o.va && off <= uint64(o.dlen) &&
+		uint64(src.dlen) <= uint64(o.dlen)-off && off/uint64(q.mtu) == uint64(k)
 }
 
 // findRes returns the saved READ (atomic false) or atomic resource whose
