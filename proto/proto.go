@@ -69,6 +69,21 @@ const (
 	OpCreateAH
 	OpDestroyAH
 	OpStat
+	// RDMA CM (librdmacm); see SPEC.md's "Connection management".
+	OpCMCreateChannel
+	OpCMDestroyChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMMigrateID
+	OpCMBind
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMGetEvent
 	opEnd
 )
 
@@ -88,7 +103,11 @@ var opNames = map[Op]string{
 	OpCreateCQ: "create cq", OpDestroyCQ: "destroy cq", OpCreateSRQ: "create srq", OpModifySRQ: "modify srq",
 	OpQuerySRQ: "query srq", OpDestroySRQ: "destroy srq", OpCreateQP: "create qp", OpModifyQP: "modify qp",
 	OpQueryQP: "query qp", OpDestroyQP: "destroy qp", OpCreateAH: "create ah", OpDestroyAH: "destroy ah",
-	OpStat: "stat", OpEventDeviceGone: "device gone", OpEventAsync: "async event",
+	OpStat: "stat", OpCMCreateChannel: "cm create event channel", OpCMDestroyChannel: "cm destroy event channel",
+	OpCMCreateID: "cm create id", OpCMDestroyID: "cm destroy id", OpCMMigrateID: "cm migrate id",
+	OpCMBind: "cm bind", OpCMResolveAddr: "cm resolve addr", OpCMResolveRoute: "cm resolve route",
+	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
+	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
 func (o Op) String() string {
@@ -516,4 +535,140 @@ const (
 type AsyncEvent struct {
 	Type   uint32
 	Handle uint32 // the QP, CQ or SRQ it is about
+}
+
+// RDMA CM port spaces (rdma_port_space).
+const (
+	PSIPoIB = 0x0002
+	PSTCP   = 0x0106
+	PSUDP   = 0x0111
+)
+
+// RDMA CM event types (rdma_cm_event_type).
+const (
+	CMEventAddrResolved   = 0
+	CMEventAddrError      = 1
+	CMEventRouteResolved  = 2
+	CMEventRouteError     = 3
+	CMEventConnectRequest = 4
+	CMEventConnectError   = 6
+	CMEventUnreachable    = 7
+	CMEventRejected       = 8
+	CMEventEstablished    = 9
+	CMEventDisconnected   = 10
+	CMEventDeviceRemoval  = 11
+	CMEventTimewaitExit   = 15
+)
+
+// Address families of CMAddr.
+const (
+	AFInet  = 2
+	AFInet6 = 10
+)
+
+// CMAddr is a socket address: an IPv4 address is in IPv4-mapped IPv6
+// form (::ffff:a.b.c.d) with Family AFInet. Port in host order. The
+// zero CMAddr is no address.
+type CMAddr struct {
+	Family uint16
+	Port   uint16
+	Scope  uint32 // IPv6 scope ID
+	Addr   [16]byte
+}
+
+// CMCreateID creates an RDMA CM identifier (rdma_create_id) whose events
+// go to Channel.
+type CMCreateID struct {
+	Channel uint32
+	PS      uint32 // PSTCP, PSUDP, PSIPoIB
+	QPType  uint32 // QPTypeRC or QPTypeUD
+	Pad     uint32
+}
+
+// CMMigrateID moves an ID's future events to another channel
+// (rdma_migrate_id).
+type CMMigrateID struct {
+	ID      uint32
+	Channel uint32
+}
+
+// CMBind binds an ID to a local address (rdma_bind_addr); port 0 takes
+// a free one. The response is a CMRoute.
+type CMBind struct {
+	ID   uint32
+	Pad  uint32
+	Addr CMAddr
+}
+
+// CMResolve starts address resolution (rdma_resolve_addr: Src may be
+// zero, Dst is the peer) or, with zero addresses, route resolution
+// (rdma_resolve_route). The response is a CMRoute as known so far; the
+// outcome comes as an event.
+type CMResolve struct {
+	ID        uint32
+	TimeoutMS uint32
+	Src, Dst  CMAddr
+}
+
+// CMRoute is what the daemon knows of an ID's addresses and path.
+type CMRoute struct {
+	Src, Dst  CMAddr
+	SGID      [16]byte
+	DGID      [16]byte
+	SGIDIndex uint32
+	PathMTU   uint32 // ibv_mtu
+	DMAC      [6]byte
+	HopLimit  uint8
+	Bound     uint8 // 1: Src is the ID's
+}
+
+// CMListen starts listening on the ID's bound address (rdma_listen).
+type CMListen struct {
+	ID      uint32
+	Backlog int32
+}
+
+// CMConnParam is rdma_conn_param (or, for UD, the QP number and Q_Key
+// of SIDR). Private data: at most 56 bytes in a connect, 196 in an
+// accept, 148 in a reject.
+type CMConnParam struct {
+	PrivateDataLen     uint8
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	Flags              uint8
+	RetryCount         uint8
+	RNRRetryCount      uint8
+	SRQ                uint8
+	Pad                uint8
+	QPN                uint32
+	QKey               uint32
+	Pad2               uint32
+	PrivateData        [196]byte
+}
+
+// CMConnect connects an ID (rdma_connect) or accepts the connection
+// request of a child ID (rdma_accept), with QP, a QP handle of the
+// session (0: Param.QPN names it).
+type CMConnect struct {
+	ID    uint32
+	QP    uint32
+	Param CMConnParam
+}
+
+// CMReject refuses a connection request (rdma_reject).
+type CMReject struct {
+	ID             uint32
+	PrivateDataLen uint32
+	PrivateData    [148]byte
+}
+
+// CMEvent answers CMGetEvent: the oldest event of the channel.
+type CMEvent struct {
+	Type     uint32 // CMEvent*
+	Status   int32  // 0; a reject reason (REJECTED); a negative errno
+	ID       uint32 // the ID; for CONNECT_REQUEST a new ID of the session
+	ListenID uint32 // CONNECT_REQUEST: the listening ID
+	Param    CMConnParam
+	Route    CMRoute // CONNECT_REQUEST: the new ID's; others: the ID's now
+	AH       AHAttr  // UD (SIDR): the peer's address
 }

@@ -222,3 +222,31 @@ COMPAT_PTR(create_ah)
 COMPAT_INT(destroy_ah, ENOSYS)
 COMPAT_INT(attach_mcast, ENOSYS)
 COMPAT_INT(detach_mcast, ENOSYS)
+
+/*
+ * uroce's own bridge for its librdmacm.so.1 (UROCE_PRIVATE_1): RDMA CM
+ * requests go over the session of the ibv_context the CM opened, so the
+ * QPs it connects are that session's. Not for programs.
+ */
+int uroce_call(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp,
+	       size_t resplen, int *fd_out);
+uint32_t uroce_qp_handle(struct ibv_qp *qp);
+int uroce_context_gone(struct ibv_context *ctx);
+
+int uroce_call(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp,
+	       size_t resplen, int *fd_out)
+{
+	if (!ctx)
+		return EINVAL;
+	return uv_call(uv_ctx(ctx), op, req, reqlen, -1, resp, resplen, fd_out);
+}
+
+uint32_t uroce_qp_handle(struct ibv_qp *qp)
+{
+	return qp ? ((struct uv_qp *)qp)->handle : 0;
+}
+
+int uroce_context_gone(struct ibv_context *ctx)
+{
+	return ctx ? uv_gone(uv_ctx(ctx)) : 1;
+}

@@ -48,6 +48,20 @@ enum {
 	UP_OP_CREATE_AH,
 	UP_OP_DESTROY_AH,
 	UP_OP_STAT,
+	UP_OP_CM_CREATE_CHANNEL,
+	UP_OP_CM_DESTROY_CHANNEL,
+	UP_OP_CM_CREATE_ID,
+	UP_OP_CM_DESTROY_ID,
+	UP_OP_CM_MIGRATE_ID,
+	UP_OP_CM_BIND,
+	UP_OP_CM_RESOLVE_ADDR,
+	UP_OP_CM_RESOLVE_ROUTE,
+	UP_OP_CM_LISTEN,
+	UP_OP_CM_CONNECT,
+	UP_OP_CM_ACCEPT,
+	UP_OP_CM_REJECT,
+	UP_OP_CM_DISCONNECT,
+	UP_OP_CM_GET_EVENT,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -477,6 +491,109 @@ _Static_assert(offsetof(struct up_wc, imm) == 24, "WC.Imm");
 _Static_assert(offsetof(struct up_wc, wc_flags) == 36, "WC.Flags");
 _Static_assert(offsetof(struct up_wc, pkey_index) == 40, "WC.PKeyIndex");
 _Static_assert(offsetof(struct up_wc, sl) == 44, "WC.SL");
+
+/* RDMA CM (SPEC.md "Connection management"). */
+#define UP_AF_INET 2
+#define UP_AF_INET6 10
+#define UP_CM_MAX_EVENTS 1024
+
+struct up_cm_addr {
+	uint16_t family; /* UP_AF_INET (addr IPv4-mapped) or UP_AF_INET6; 0: none */
+	uint16_t port;   /* host order */
+	uint32_t scope;
+	uint8_t addr[16];
+} UP_PACKED;
+
+struct up_cm_create_id {
+	uint32_t channel;
+	uint32_t ps; /* enum rdma_port_space */
+	uint32_t qp_type;
+	uint32_t pad;
+} UP_PACKED;
+
+struct up_cm_migrate_id {
+	uint32_t id;
+	uint32_t channel;
+} UP_PACKED;
+
+struct up_cm_bind {
+	uint32_t id;
+	uint32_t pad;
+	struct up_cm_addr addr;
+} UP_PACKED;
+
+struct up_cm_resolve {
+	uint32_t id;
+	uint32_t timeout_ms;
+	struct up_cm_addr src, dst;
+} UP_PACKED;
+
+struct up_cm_route {
+	struct up_cm_addr src, dst;
+	uint8_t sgid[16];
+	uint8_t dgid[16];
+	uint32_t sgid_index;
+	uint32_t path_mtu; /* enum ibv_mtu */
+	uint8_t dmac[6];
+	uint8_t hop_limit;
+	uint8_t bound;
+} UP_PACKED;
+
+struct up_cm_listen {
+	uint32_t id;
+	int32_t backlog;
+} UP_PACKED;
+
+struct up_cm_conn_param {
+	uint8_t private_data_len;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t flags;
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+	uint8_t srq;
+	uint8_t pad;
+	uint32_t qpn;
+	uint32_t qkey;
+	uint32_t pad2;
+	uint8_t private_data[196];
+} UP_PACKED;
+
+struct up_cm_connect {
+	uint32_t id;
+	uint32_t qp; /* a QP handle; 0: param.qpn names it */
+	struct up_cm_conn_param param;
+} UP_PACKED;
+
+struct up_cm_reject {
+	uint32_t id;
+	uint32_t private_data_len;
+	uint8_t private_data[148];
+} UP_PACKED;
+
+struct up_cm_event {
+	uint32_t type; /* enum rdma_cm_event_type */
+	int32_t status;
+	uint32_t id;
+	uint32_t listen_id;
+	struct up_cm_conn_param param;
+	struct up_cm_route route;
+	struct up_ah_attr ah;
+} UP_PACKED;
+
+_Static_assert(sizeof(struct up_cm_addr) == 24, "CMAddr");
+_Static_assert(sizeof(struct up_cm_create_id) == 16, "CMCreateID");
+_Static_assert(sizeof(struct up_cm_migrate_id) == 8, "CMMigrateID");
+_Static_assert(sizeof(struct up_cm_bind) == 32, "CMBind");
+_Static_assert(sizeof(struct up_cm_resolve) == 56, "CMResolve");
+_Static_assert(sizeof(struct up_cm_route) == 96, "CMRoute");
+_Static_assert(sizeof(struct up_cm_listen) == 8, "CMListen");
+_Static_assert(sizeof(struct up_cm_conn_param) == 216, "CMConnParam");
+_Static_assert(sizeof(struct up_cm_connect) == 224, "CMConnect");
+_Static_assert(sizeof(struct up_cm_reject) == 156, "CMReject");
+_Static_assert(sizeof(struct up_cm_event) == 364, "CMEvent");
+_Static_assert(offsetof(struct up_cm_event, route) == 232, "CMEvent.Route");
+_Static_assert(offsetof(struct up_cm_event, ah) == 328, "CMEvent.AH");
 
 /* The bytes of a ring of n slots of size bytes (proto.RingBytes). */
 static inline size_t up_ring_bytes(uint32_t n, uint32_t size)
