@@ -114,6 +114,13 @@ func (q *QP) State() stack.QPState {
 	return stack.QPState(r.Attr.State)
 }
 
+// refresh learns the state from the daemon, which moved the QP itself
+// (RDMA CM).
+func (q *QP) refresh() {
+	q.stateAt.Store(0)
+	q.State()
+}
+
 // stateTTL is how long State answers from what it last heard.
 const stateTTL = 5 * time.Millisecond
 

@@ -101,6 +101,10 @@ func kindOf(o any) kind {
 		return kindQP
 	case *ahObj:
 		return kindAH
+	case *cmChannelObj:
+		return kindCMChannel
+	case *cmIDObj:
+		return kindCMID
 	}
 	return -1
 }
@@ -137,6 +141,10 @@ func (ss *session) destroy(o any) error {
 		return unix.Close(o.efd)
 	case *pdObj:
 		return o.pd.Dealloc()
+	case *cmIDObj:
+		return ss.destroyCMID(o)
+	case *cmChannelObj:
+		return o.close()
 	}
 	return fmt.Errorf("destroy %T", o)
 }

@@ -212,6 +212,11 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 	case proto.OpDestroyAH:
 		return ss.destroyHandle(body, kindAH)
 
+	case proto.OpCMCreateChannel, proto.OpCMDestroyChannel, proto.OpCMCreateID, proto.OpCMDestroyID,
+		proto.OpCMMigrateID, proto.OpCMBind, proto.OpCMResolveAddr, proto.OpCMResolveRoute, proto.OpCMListen,
+		proto.OpCMConnect, proto.OpCMAccept, proto.OpCMReject, proto.OpCMDisconnect, proto.OpCMGetEvent:
+		return ss.handleCM(h, body)
+
 	case proto.OpStat:
 		var req proto.StatReq
 		proto.Unmarshal(body, &req)

@@ -66,10 +66,12 @@ const (
 	kindSRQ
 	kindQP
 	kindAH
+	kindCMChannel
+	kindCMID
 	kinds
 )
 
-var kindNames = [kinds]string{"pd", "mr", "cq", "channel", "srq", "qp", "ah"}
+var kindNames = [kinds]string{"pd", "mr", "cq", "channel", "srq", "qp", "ah", "cm event channel", "cm id"}
 
 func newSession(s *Server, c *net.UnixConn, id uint32) *session {
 	ss := &session{srv: s, conn: c, id: id, objs: map[uint32]any{}, pollDone: make(chan struct{})}
@@ -240,8 +242,13 @@ func (ss *session) event(op proto.Op, body any) {
 func (ss *session) deviceGone() {
 	ss.mu.RLock()
 	for _, o := range ss.objs {
-		if q, ok := o.(*qpObj); ok {
-			q.q.ToErr()
+		switch o := o.(type) {
+		case *qpObj:
+			o.q.ToErr()
+		case *cmChannelObj:
+			// Wake whoever waits for a CM event: its next request
+			// fails, and the library reports DEVICE_REMOVAL.
+			o.signal(1)
 		}
 	}
 	ss.mu.RUnlock()
@@ -257,7 +264,8 @@ func (ss *session) end() {
 	ss.objs = map[uint32]any{}
 	ss.mu.Unlock()
 	// Dependency order: what uses an object goes before it.
-	for _, k := range []kind{kindQP, kindAH, kindSRQ, kindCQ, kindMR, kindChannel, kindPD} {
+	// CM IDs first: their connections use the QPs.
+	for _, k := range []kind{kindCMID, kindQP, kindAH, kindSRQ, kindCQ, kindMR, kindChannel, kindCMChannel, kindPD} {
 		for h, o := range objs {
 			if kindOf(o) == k {
 				if err := ss.destroy(o); err != nil {
@@ -293,7 +301,10 @@ func (ss *session) add(k kind, o any) (uint32, error) {
 func (ss *session) room(k kind) error {
 	lim := ss.srv.cfg.Limits
 	max := [kinds]int{kindPD: lim.PDs, kindMR: lim.MRs, kindCQ: lim.CQs, kindChannel: lim.Channels,
-		kindSRQ: lim.SRQs, kindQP: lim.QPs, kindAH: lim.AHs}[k]
+		kindSRQ: lim.SRQs, kindQP: lim.QPs, kindAH: lim.AHs,
+		// CM event channels count as channels, and a session may have
+		// as many CM IDs as QPs.
+		kindCMChannel: lim.Channels, kindCMID: lim.QPs}[k]
 	ss.mu.RLock()
 	n := ss.count[k]
 	ss.mu.RUnlock()

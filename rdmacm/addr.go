@@ -55,6 +55,14 @@ func parseRequest(r *mad.REQFields) (src, dst netip.AddrPort, data []byte, ok bo
 	return src, dst, append([]byte(nil), r.PrivateData[mad.CMAHeaderLen:]...), true
 }
 
+// SourceFor returns the index of the device's GID and the source
+// address a connection to to takes (rdma_resolve_addr's choice): src
+// when it is valid and the device's, else the device's first address of
+// to's family.
+func SourceFor(dev *stack.Device, to, src netip.Addr) (int, netip.Addr, error) {
+	return sourceGID(dev, to, src)
+}
+
 // sourceGID returns the index of the device's GID to reach to from, and
 // the source address: the GID of src when it is given, else the first
 // GID of to's family (the link-local one last for IPv6), as rdma_cm

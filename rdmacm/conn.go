@@ -214,6 +214,31 @@ func (r *ConnRequest) Accept(q *stack.QP, priv []byte) (*Conn, error) {
 
 // AcceptWith is Accept with options.
 func (r *ConnRequest) AcceptWith(q *stack.QP, priv []byte, o AcceptOptions) (*Conn, error) {
+	p, err := r.Answer(q, priv, o)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait()
+}
+
+// Offer returns what the REQ offers, as the passive side sees it: its
+// responder resources are the peer's initiator depth and the other way
+// round (the values of RDMA_CM_EVENT_CONNECT_REQUEST).
+func (r *ConnRequest) Offer() (responderResources, initiatorDepth uint8) {
+	return r.req.InitiatorDepth, r.req.ResponderResources
+}
+
+// Answering is an accepted request whose REP is on its way: Wait for
+// the RTU.
+type Answering struct {
+	r *ConnRequest
+	w *waiter
+	q *stack.QP
+}
+
+// Answer is the first half of AcceptWith: when it returns, q is in RTS
+// and the REP is sent (what rdma_accept has done when it returns).
+func (r *ConnRequest) Answer(q *stack.QP, priv []byte, o AcceptOptions) (*Answering, error) {
 	a := r.a
 	if len(priv) > MaxAcceptData {
 		return nil, fmt.Errorf("accept: private data: %d bytes, %d fit", len(priv), MaxAcceptData)
@@ -227,6 +252,9 @@ func (r *ConnRequest) AcceptWith(q *stack.QP, priv []byte, o AcceptOptions) (*Co
 	sgid, _, err := sourceGID(a.dev, r.peer, r.Local.Addr())
 	if err != nil {
 		return nil, fmt.Errorf("accept: %w", err)
+	}
+	if q.Type() != stack.RC {
+		return nil, fmt.Errorf("accept: QP 0x%x is not RC: %w", q.QPN(), stack.ErrInvalidArg)
 	}
 	if st, _ := q.Query(); st.State == stack.StateReset {
 		if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite | stack.AccessRemoteRead}); err != nil {
@@ -256,6 +284,13 @@ func (r *ConnRequest) AcceptWith(q *stack.QP, priv []byte, o AcceptOptions) (*Co
 	if err != nil {
 		return nil, fmt.Errorf("accept: %w", err)
 	}
+	return &Answering{r: r, w: w, q: q}, nil
+}
+
+// Wait waits for the RTU (RDMA_CM_EVENT_ESTABLISHED), or for the
+// connection's end.
+func (p *Answering) Wait() (*Conn, error) {
+	r, w, a := p.r, p.w, p.r.a
 	select {
 	case <-w.estab:
 	case <-w.gone:
@@ -264,7 +299,7 @@ func (r *ConnRequest) AcceptWith(q *stack.QP, priv []byte, o AcceptOptions) (*Co
 		a.mu.Unlock()
 		return nil, fmt.Errorf("accept: %w", err)
 	}
-	return &Conn{a: a, id: r.id, w: w, qp: q, Local: r.Local, Remote: r.Remote,
+	return &Conn{a: a, id: r.id, w: w, qp: p.q, Local: r.Local, Remote: r.Remote,
 		PrivateData: r.PrivateData}, nil
 }
 
@@ -292,6 +327,10 @@ type DialOptions struct {
 	// resources offered (default 1 each).
 	ResponderResources uint8
 	InitiatorDepth     uint8
+	// RetryCount and RNRRetryCount are the REQ's (default 7 each, as
+	// rping asks), taken as given when SetRetry is true.
+	RetryCount, RNRRetryCount uint8
+	SetRetry                  bool
 	// QP, when set, is the caller's RC QP of the device (in RESET or
 	// INIT) to connect instead of one Dial creates: receives posted in
 	// INIT are then in place before the peer can send. Close leaves it
@@ -330,11 +369,15 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 	if o.InitiatorDepth == 0 {
 		o.InitiatorDepth = 1
 	}
+	retry, rnr := uint8(7), uint8(7)
+	if o.SetRetry {
+		retry, rnr = min(o.RetryCount, 7), min(o.RNRRetryCount, 7)
+	}
 	local := netip.AddrPortFrom(src, sport)
 	req := mad.REQFields{ServiceID: ServiceID(addr.Port()), ResponderResources: o.ResponderResources,
 		InitiatorDepth: o.InitiatorDepth, RemoteCMResponseTimeout: a.cfg.ResponseTimeout,
-		LocalCMResponseTimeout: a.cfg.ResponseTimeout, TransportType: mad.TransportRC, RetryCount: 7,
-		PKey: 0xffff, PathMTU: mad.MTU(a.dev.Query().ActiveMTU), RNRRetryCount: 7, MaxCMRetries: a.cfg.MaxRetries,
+		LocalCMResponseTimeout: a.cfg.ResponseTimeout, TransportType: mad.TransportRC, RetryCount: retry,
+		PKey: 0xffff, PathMTU: mad.MTU(a.dev.Query().ActiveMTU), RNRRetryCount: rnr, MaxCMRetries: a.cfg.MaxRetries,
 		Primary: mad.PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: to,
 			HopLimit: 64, LocalACKTimeout: 19}}
 	if err := requestData(&req.PrivateData, local, netip.AddrPortFrom(to, addr.Port()), priv); err != nil {

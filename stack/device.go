@@ -446,6 +446,23 @@ func (d *Device) quiesce() {
 
 // resolve builds the headers of a path from an address handle's
 // attributes.
+// ResolveMAC resolves a peer's IP address to the MAC address packets to
+// it are sent to, as address handles and connected QPs do (the kernel's
+// neighbour table for a device on an interface), bounded by the
+// device's ResolveTimeout and ctx.
+func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) ([6]byte, error) {
+	if d.cfg.Neighbors == nil {
+		return [6]byte{}, fmt.Errorf("resolve %v: no neighbour table: %w", ip, ErrNoNeighbor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ResolveTimeout)
+	defer cancel()
+	m, err := d.cfg.Neighbors.Resolve(ctx, ip.Unmap().WithZone(""))
+	if err != nil {
+		return m, fmt.Errorf("resolve %v: %w", ip, err)
+	}
+	return m, nil
+}
+
 func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 	var p pathInfo
 	if a.SGIDIndex < 0 || a.SGIDIndex >= len(d.gids) {

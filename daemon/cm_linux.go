@@ -1,0 +1,741 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uroce/uroce/proto"
+	"github.com/uroce/uroce/rdmacm"
+	"github.com/uroce/uroce/stack"
+)
+
+// RDMA CM for the clients (proto/SPEC.md, "Connection management"): the
+// device's rdmacm agent does the CM; each client ID is a cmIDObj whose
+// events wait in a cmChannelObj until the client takes them. Requests
+// that wait for the network (address resolution, connect, accept,
+// disconnect) answer at once and run on a goroutine of their own, which
+// reports the outcome as an event.
+
+// maxCMEvents bounds the events a channel holds.
+const maxCMEvents = 1024
+
+// cmChannelObj is an RDMA CM event channel.
+type cmChannelObj struct {
+	efd int // EFD_SEMAPHORE: one count per queued event
+
+	mu      sync.Mutex
+	q       []proto.CMEvent
+	dropped uint64
+	closed  bool
+}
+
+// push queues ev and counts it on the eventfd; false when the channel is
+// full or gone.
+func (c *cmChannelObj) push(ev *proto.CMEvent) bool {
+	c.mu.Lock()
+	if c.closed || len(c.q) >= maxCMEvents {
+		c.dropped++
+		c.mu.Unlock()
+		return false
+	}
+	c.q = append(c.q, *ev)
+	c.mu.Unlock()
+	c.signal(1)
+	return true
+}
+
+func (c *cmChannelObj) signal(n uint64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], n)
+	unix.Write(c.efd, b[:])
+}
+
+func (c *cmChannelObj) pop() (proto.CMEvent, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.q) == 0 {
+		return proto.CMEvent{}, false
+	}
+	ev := c.q[0]
+	c.q = c.q[1:]
+	return ev, true
+}
+
+func (c *cmChannelObj) close() error {
+	c.mu.Lock()
+	c.closed, c.q = true, nil
+	c.mu.Unlock()
+	return unix.Close(c.efd)
+}
+
+// States of a CM ID, as far as the daemon needs them.
+type cmState int
+
+const (
+	cmIdle cmState = iota
+	cmAddrQuery
+	cmAddrResolved
+	cmRouteResolved
+	cmListening
+	cmConnecting // connect sent, or request accepted
+	cmRequest    // a connection request waits for accept or reject
+	cmConnected
+	cmDisconnected
+)
+
+// cmIDObj is an RDMA CM ID of a session.
+type cmIDObj struct {
+	ss     *session
+	handle uint32
+	ps     uint32
+	qpType uint32
+
+	mu        sync.Mutex
+	ch        *cmChannelObj
+	state     cmState
+	destroyed bool
+	tried     bool // connect or accept ran: disconnect is then never wrong
+	bound     bool
+	src, dst  netip.AddrPort
+	sgid      int
+	dmac      [6]byte
+	cancel    context.CancelFunc // of what runs on the ID's behalf
+	ln        *rdmacm.Listener
+	req       *rdmacm.ConnRequest
+	conn      *rdmacm.Conn
+	qp        *stack.QP
+}
+
+// emit queues an event of the ID on its channel, unless the ID is gone.
+func (id *cmIDObj) emit(ev *proto.CMEvent) bool {
+	id.mu.Lock()
+	if id.destroyed {
+		id.mu.Unlock()
+		return false
+	}
+	ev.ID = id.handle
+	if ev.Route == (proto.CMRoute{}) {
+		ev.Route = id.routeLocked()
+	}
+	ch := id.ch
+	id.mu.Unlock()
+	return ch.push(ev)
+}
+
+func (id *cmIDObj) routeLocked() proto.CMRoute {
+	r := proto.CMRoute{Src: cmAddrTo(id.src), Dst: cmAddrTo(id.dst), SGIDIndex: uint32(id.sgid), DMAC: id.dmac,
+		HopLimit: 64, Bound: b2u8(id.bound)}
+	if id.src.Addr().IsValid() {
+		r.SGID = id.src.Addr().As16()
+	}
+	if id.dst.Addr().IsValid() {
+		r.DGID = id.dst.Addr().As16()
+	}
+	r.PathMTU = uint32(id.ss.srv.cfg.Device.Query().ActiveMTU)
+	return r
+}
+
+func (id *cmIDObj) route() proto.CMRoute {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.routeLocked()
+}
+
+// agent returns the device's CM agent, started on first use.
+func (ss *session) agent() (*rdmacm.Agent, error) {
+	a, err := rdmacm.AgentFor(ss.srv.cfg.Device)
+	if err != nil {
+		return nil, errnoErr{unix.ENODEV, fmt.Sprintf("rdma cm: %v", err)}
+	}
+	return a, nil
+}
+
+// handleCM runs the RDMA CM requests.
+func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
+	switch h.Op {
+	case proto.OpCMCreateChannel:
+		if err := ss.room(kindCMChannel); err != nil {
+			return nil, -1, err
+		}
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK|unix.EFD_SEMAPHORE)
+		if err != nil {
+			return nil, -1, err
+		}
+		dup, err := unix.Dup(efd)
+		if err != nil {
+			unix.Close(efd)
+			return nil, -1, err
+		}
+		hd, _ := ss.add(kindCMChannel, &cmChannelObj{efd: efd})
+		return &proto.ChannelResp{Channel: hd}, dup, nil
+	case proto.OpCMDestroyChannel:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		ch, err := get[*cmChannelObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		ss.mu.RLock()
+		for _, o := range ss.objs {
+			if id, ok := o.(*cmIDObj); ok && id.channel() == ch {
+				ss.mu.RUnlock()
+				return nil, -1, errnoErr{unix.EBUSY, "destroy event channel: an id uses it"}
+			}
+		}
+		ss.mu.RUnlock()
+		return ss.destroyHandle(body, kindCMChannel)
+	case proto.OpCMCreateID:
+		var req proto.CMCreateID
+		proto.Unmarshal(body, &req)
+		ch, err := get[*cmChannelObj](ss, req.Channel)
+		if err != nil {
+			return nil, -1, err
+		}
+		switch {
+		case req.PS == proto.PSTCP && (req.QPType == proto.QPTypeRC || req.QPType == 0):
+			req.QPType = proto.QPTypeRC
+		case req.PS == proto.PSIPoIB && (req.QPType == proto.QPTypeRC || req.QPType == proto.QPTypeUD):
+		case req.PS == proto.PSUDP && (req.QPType == proto.QPTypeUD || req.QPType == 0):
+			req.QPType = proto.QPTypeUD
+		default:
+			return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("create id: port space %#x with qp type %d", req.PS, req.QPType)}
+		}
+		if err := ss.room(kindCMID); err != nil {
+			return nil, -1, err
+		}
+		if _, err := ss.agent(); err != nil {
+			return nil, -1, err
+		}
+		id := &cmIDObj{ss: ss, ps: req.PS, qpType: req.QPType, ch: ch}
+		id.handle, _ = ss.add(kindCMID, id)
+		return &proto.Handle{Handle: id.handle}, -1, nil
+	case proto.OpCMDestroyID:
+		return ss.destroyHandle(body, kindCMID)
+	case proto.OpCMMigrateID:
+		var req proto.CMMigrateID
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		ch, err := get[*cmChannelObj](ss, req.Channel)
+		if err != nil {
+			return nil, -1, err
+		}
+		id.mu.Lock()
+		id.ch = ch
+		id.mu.Unlock()
+		return nil, -1, nil
+	case proto.OpCMBind:
+		var req proto.CMBind
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return ss.cmBind(id, &req)
+	case proto.OpCMResolveAddr:
+		var req proto.CMResolve
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return ss.cmResolveAddr(id, &req)
+	case proto.OpCMResolveRoute:
+		var req proto.CMResolve
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		id.mu.Lock()
+		if id.state != cmAddrResolved && id.state != cmRouteResolved {
+			id.mu.Unlock()
+			return nil, -1, errnoErr{unix.EINVAL, "resolve route: the address is not resolved"}
+		}
+		id.state = cmRouteResolved
+		id.mu.Unlock()
+		id.emit(&proto.CMEvent{Type: proto.CMEventRouteResolved})
+		return ptr(id.route()), -1, nil
+	case proto.OpCMListen:
+		var req proto.CMListen
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.cmListen(id)
+	case proto.OpCMConnect:
+		var req proto.CMConnect
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.cmConnect(id, &req)
+	case proto.OpCMAccept:
+		var req proto.CMConnect
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.cmAccept(id, &req)
+	case proto.OpCMReject:
+		var req proto.CMReject
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		id.mu.Lock()
+		r := id.req
+		if id.state != cmRequest || r == nil {
+			id.mu.Unlock()
+			return nil, -1, errnoErr{unix.EINVAL, "reject: the id has no connection request"}
+		}
+		id.state, id.req = cmIdle, nil
+		id.mu.Unlock()
+		n := min(int(req.PrivateDataLen), len(req.PrivateData))
+		if err := r.Reject(req.PrivateData[:n]); err != nil {
+			return nil, -1, errnoErr{unix.EINVAL, err.Error()}
+		}
+		return nil, -1, nil
+	case proto.OpCMDisconnect:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.cmDisconnect(id)
+	case proto.OpCMGetEvent:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		ch, err := get[*cmChannelObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		ev, ok := ch.pop()
+		if !ok {
+			return nil, -1, errnoErr{unix.EAGAIN, "no event"}
+		}
+		return &ev, -1, nil
+	}
+	return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("%v: not supported", h.Op)}
+}
+
+func (id *cmIDObj) channel() *cmChannelObj {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.ch
+}
+
+// cmBind binds an ID to an address of the device (or any) and a port
+// (0: a free one when it listens or connects).
+func (ss *session) cmBind(id *cmIDObj, req *proto.CMBind) (any, int, error) {
+	ap, err := cmAddrFrom(req.Addr)
+	if err != nil {
+		return nil, -1, err
+	}
+	d := ss.srv.cfg.Device
+	if ap.Addr().IsValid() && !ap.Addr().IsUnspecified() && d.GIDIndex(ap.Addr()) < 0 {
+		return nil, -1, errnoErr{unix.EADDRNOTAVAIL, fmt.Sprintf("bind %v: not an address of %s", ap.Addr(), ss.srv.cfg.Name)}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.bound || id.state != cmIdle {
+		return nil, -1, errnoErr{unix.EINVAL, "bind: the id is bound already"}
+	}
+	id.src, id.bound = ap, true
+	if ap.Addr().IsValid() && !ap.Addr().IsUnspecified() {
+		id.sgid = d.GIDIndex(ap.Addr())
+	}
+	return ptr(id.routeLocked()), -1, nil
+}
+
+// cmResolveAddr picks the source address at once and resolves the
+// peer's MAC on a goroutine: ADDR_RESOLVED or ADDR_ERROR.
+func (ss *session) cmResolveAddr(id *cmIDObj, req *proto.CMResolve) (any, int, error) {
+	dst, err := cmAddrFrom(req.Dst)
+	if err != nil || !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
+		return nil, -1, errnoErr{unix.EINVAL, "resolve addr: no destination address"}
+	}
+	src, err := cmAddrFrom(req.Src)
+	if err != nil {
+		return nil, -1, err
+	}
+	d := ss.srv.cfg.Device
+	id.mu.Lock()
+	if id.state != cmIdle && id.state != cmAddrResolved {
+		id.mu.Unlock()
+		return nil, -1, errnoErr{unix.EINVAL, "resolve addr: the id is in use"}
+	}
+	if !src.Addr().IsValid() && id.bound {
+		src = id.src
+	}
+	if src.Addr().IsUnspecified() {
+		src = netip.AddrPortFrom(netip.Addr{}, src.Port())
+	}
+	sgid, saddr, serr := rdmacm.SourceFor(d, dst.Addr(), src.Addr())
+	if serr != nil {
+		id.mu.Unlock()
+		return nil, -1, errnoErr{unix.EADDRNOTAVAIL, fmt.Sprintf("resolve addr %v: %v", dst.Addr(), serr)}
+	}
+	port := src.Port()
+	if port == 0 {
+		port = uint16(32768 + rand.IntN(28232))
+	}
+	id.src, id.dst, id.sgid, id.bound = netip.AddrPortFrom(saddr, port), dst, sgid, true
+	id.state = cmAddrQuery
+	ctx, cancel := context.WithCancel(context.Background())
+	if req.TimeoutMS > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	id.cancel = cancel
+	r := id.routeLocked()
+	id.mu.Unlock()
+	go func() {
+		defer cancel()
+		mac, err := d.ResolveMAC(ctx, dst.Addr())
+		id.mu.Lock()
+		if id.state != cmAddrQuery {
+			id.mu.Unlock()
+			return
+		}
+		ev := proto.CMEvent{Type: proto.CMEventAddrResolved}
+		if err != nil {
+			ev.Type, ev.Status = proto.CMEventAddrError, -int32(unix.EHOSTUNREACH)
+			if errors.Is(err, context.DeadlineExceeded) {
+				ev.Status = -int32(unix.ETIMEDOUT)
+			}
+			id.state = cmIdle
+			ss.srv.log.Info("rdma cm: address not resolved", "session", ss.id, "dst", dst.Addr(), "err", err)
+		} else {
+			id.dmac, id.state = mac, cmAddrResolved
+		}
+		id.mu.Unlock()
+		id.emit(&ev)
+	}()
+	return &r, -1, nil
+}
+
+// cmListen starts the ID's listener and the goroutine that turns its
+// requests into CONNECT_REQUEST events with new IDs.
+func (ss *session) cmListen(id *cmIDObj) error {
+	a, err := ss.agent()
+	if err != nil {
+		return err
+	}
+	if id.qpType != proto.QPTypeRC {
+		return errnoErr{unix.EOPNOTSUPP, "listen: only RC (the TCP port space) is supported; SIDR (UD) is not"}
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state == cmListening {
+		return nil
+	}
+	if id.state != cmIdle {
+		return errnoErr{unix.EINVAL, "listen: the id is in use"}
+	}
+	addr := id.src
+	if addr.Addr().IsUnspecified() {
+		addr = netip.AddrPortFrom(netip.Addr{}, addr.Port())
+	}
+	var ln *rdmacm.Listener
+	if addr.Port() == 0 {
+		for range 64 {
+			p := netip.AddrPortFrom(addr.Addr(), uint16(32768+rand.IntN(28232)))
+			if ln, err = a.Listen(p); err == nil {
+				addr = p
+				break
+			}
+		}
+	} else {
+		ln, err = a.Listen(addr)
+	}
+	if err != nil {
+		if errors.Is(err, rdmacm.ErrInUse) {
+			return errnoErr{unix.EADDRINUSE, fmt.Sprintf("listen on port %d: %v", addr.Port(), err)}
+		}
+		return errnoErr{unix.EINVAL, fmt.Sprintf("listen: %v", err)}
+	}
+	id.src, id.bound, id.ln, id.state = addr, true, ln, cmListening
+	ctx, cancel := context.WithCancel(context.Background())
+	id.cancel = cancel
+	go ss.acceptLoop(ctx, id, ln)
+	return nil
+}
+
+func (ss *session) acceptLoop(ctx context.Context, id *cmIDObj, ln *rdmacm.Listener) {
+	d := ss.srv.cfg.Device
+	for {
+		r, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		if ss.room(kindCMID) != nil {
+			r.Reject(nil)
+			continue
+		}
+		child := &cmIDObj{ss: ss, ps: id.ps, qpType: id.qpType, ch: id.channel(), state: cmRequest, req: r,
+			src: r.Local, dst: r.Remote, bound: true}
+		child.sgid, _, _ = rdmacm.SourceFor(d, r.Remote.Addr(), r.Local.Addr())
+		child.handle, _ = ss.add(kindCMID, child)
+		ev := proto.CMEvent{Type: proto.CMEventConnectRequest, ListenID: id.handle}
+		ev.Param.ResponderResources, ev.Param.InitiatorDepth = r.Offer()
+		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], r.PrivateData))
+		ev.Param.RetryCount, ev.Param.RNRRetryCount = 7, 7
+		ev.Route = child.route()
+		ev.ID = child.handle
+		id.mu.Lock()
+		gone := id.destroyed
+		ch := id.ch
+		id.mu.Unlock()
+		if gone || !ch.push(&ev) {
+			ss.mu.Lock()
+			delete(ss.objs, child.handle)
+			ss.count[kindCMID]--
+			ss.mu.Unlock()
+			r.Reject(nil)
+		}
+	}
+}
+
+// cmQP finds the QP a connect or accept names.
+func (ss *session) cmQP(h, qpn uint32) (*qpObj, error) {
+	if h != 0 {
+		return get[*qpObj](ss, h)
+	}
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	for _, o := range ss.objs {
+		if q, ok := o.(*qpObj); ok && q.q.QPN() == qpn {
+			return q, nil
+		}
+	}
+	return nil, errnoErr{unix.EINVAL, fmt.Sprintf("no qp 0x%x in this session", qpn)}
+}
+
+func checkCMQP(q *qpObj) error {
+	if q.typ != stack.RC {
+		return errnoErr{unix.EOPNOTSUPP, "rdma cm: only RC QPs are connected (SIDR for UD is not supported)"}
+	}
+	st, _ := q.q.Query()
+	if st.State != stack.StateReset && st.State != stack.StateInit {
+		return errnoErr{unix.EINVAL, fmt.Sprintf("rdma cm: qp 0x%x is in %v, not RESET or INIT", q.q.QPN(), st.State)}
+	}
+	return nil
+}
+
+// cmConnect sends the REQ on a goroutine that reports ESTABLISHED,
+// REJECTED or UNREACHABLE.
+func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
+	a, err := ss.agent()
+	if err != nil {
+		return err
+	}
+	q, err := ss.cmQP(req.QP, req.Param.QPN)
+	if err != nil {
+		return err
+	}
+	if err := checkCMQP(q); err != nil {
+		return err
+	}
+	n := int(req.Param.PrivateDataLen)
+	if n > rdmacm.MaxDialData {
+		return errnoErr{unix.EINVAL, fmt.Sprintf("connect: %d bytes of private data, %d fit", n, rdmacm.MaxDialData)}
+	}
+	id.mu.Lock()
+	if id.state != cmRouteResolved {
+		id.mu.Unlock()
+		return errnoErr{unix.EINVAL, "connect: the route is not resolved"}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	id.state, id.cancel, id.qp, id.tried = cmConnecting, cancel, q.q, true
+	dst, o := id.dst, rdmacm.DialOptions{Source: id.src, QP: q.q, ResponderResources: req.Param.ResponderResources,
+		InitiatorDepth: req.Param.InitiatorDepth, RetryCount: req.Param.RetryCount,
+		RNRRetryCount: req.Param.RNRRetryCount, SetRetry: true}
+	id.mu.Unlock()
+	priv := append([]byte(nil), req.Param.PrivateData[:n]...)
+	go func() {
+		c, err := a.Dial(ctx, nil, dst, stack.QPInit{}, priv, o)
+		cancel()
+		ss.connected(id, c, err)
+	}()
+	return nil
+}
+
+// cmAccept answers a connection request: when it returns the QP is in
+// RTS and the REP sent; ESTABLISHED follows the RTU.
+func (ss *session) cmAccept(id *cmIDObj, req *proto.CMConnect) error {
+	q, err := ss.cmQP(req.QP, req.Param.QPN)
+	if err != nil {
+		return err
+	}
+	if err := checkCMQP(q); err != nil {
+		return err
+	}
+	n := int(req.Param.PrivateDataLen)
+	if n > rdmacm.MaxAcceptData {
+		return errnoErr{unix.EINVAL, fmt.Sprintf("accept: %d bytes of private data, %d fit", n, rdmacm.MaxAcceptData)}
+	}
+	id.mu.Lock()
+	r := id.req
+	if id.state != cmRequest || r == nil {
+		id.mu.Unlock()
+		return errnoErr{unix.EINVAL, "accept: the id has no connection request"}
+	}
+	id.state, id.req, id.qp, id.tried = cmConnecting, nil, q.q, true
+	id.mu.Unlock()
+	p, err := r.Answer(q.q, req.Param.PrivateData[:n], rdmacm.AcceptOptions{
+		ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth})
+	if err != nil {
+		id.mu.Lock()
+		id.state = cmIdle
+		id.mu.Unlock()
+		if errors.Is(err, rdmacm.ErrGone) {
+			return errnoErr{unix.EINVAL, err.Error()}
+		}
+		return err
+	}
+	go func() {
+		c, err := p.Wait()
+		ss.connected(id, c, err)
+	}()
+	return nil
+}
+
+// connected reports how a connect or accept ended, and watches an
+// established connection for its end.
+func (ss *session) connected(id *cmIDObj, c *rdmacm.Conn, err error) {
+	id.mu.Lock()
+	if id.destroyed {
+		id.mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+		return
+	}
+	ev := proto.CMEvent{Type: proto.CMEventEstablished}
+	if err == nil {
+		id.conn, id.state = c, cmConnected
+		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], c.PrivateData))
+	} else {
+		id.state = cmIdle
+		var rej *rdmacm.RejectError
+		switch {
+		case errors.As(err, &rej):
+			ev.Type, ev.Status = proto.CMEventRejected, int32(rej.Reason)
+			ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], rej.PrivateData))
+		case errors.Is(err, rdmacm.ErrUnreachable):
+			ev.Type, ev.Status = proto.CMEventUnreachable, -int32(unix.ETIMEDOUT)
+		case errors.Is(err, context.Canceled):
+			id.mu.Unlock()
+			return
+		default:
+			ev.Type, ev.Status = proto.CMEventConnectError, -int32(errnoOf(err))
+		}
+		ss.srv.log.Info("rdma cm: not connected", "session", ss.id, "peer", id.dst, "err", err)
+	}
+	id.mu.Unlock()
+	id.emit(&ev)
+	if c != nil {
+		go func() {
+			<-c.Done()
+			id.mu.Lock()
+			id.state = cmDisconnected
+			id.mu.Unlock()
+			id.emit(&proto.CMEvent{Type: proto.CMEventDisconnected})
+		}()
+	}
+}
+
+// cmDisconnect moves the QP to ERR and sends the DREQ; DISCONNECTED
+// follows the DREP (or the peer's DREQ, if that came first).
+func (ss *session) cmDisconnect(id *cmIDObj) error {
+	id.mu.Lock()
+	c, q, tried := id.conn, id.qp, id.tried
+	id.mu.Unlock()
+	if !tried {
+		return errnoErr{unix.EINVAL, "disconnect: the id is not connected"}
+	}
+	if q != nil {
+		q.ToErr()
+	}
+	if c != nil {
+		go c.Close()
+	}
+	return nil
+}
+
+// destroyCMID ends what the ID does; no event of it follows.
+func (ss *session) destroyCMID(id *cmIDObj) error {
+	id.mu.Lock()
+	id.destroyed = true
+	cancel, ln, r, c := id.cancel, id.ln, id.req, id.conn
+	id.ln, id.req, id.conn = nil, nil, nil
+	id.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if ln != nil {
+		ln.Close()
+	}
+	if r != nil {
+		r.Reject(nil)
+	}
+	if c != nil {
+		go c.Close()
+	}
+	return nil
+}
+
+func cmAddrFrom(a proto.CMAddr) (netip.AddrPort, error) {
+	switch a.Family {
+	case 0:
+		return netip.AddrPort{}, nil
+	case proto.AFInet:
+		ip := netip.AddrFrom16(a.Addr)
+		if !ip.Is4In6() {
+			return netip.AddrPort{}, errnoErr{unix.EINVAL, "an AF_INET address not in IPv4-mapped form"}
+		}
+		return netip.AddrPortFrom(ip.Unmap(), a.Port), nil
+	case proto.AFInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), a.Port), nil
+	}
+	return netip.AddrPort{}, errnoErr{unix.EAFNOSUPPORT, fmt.Sprintf("address family %d", a.Family)}
+}
+
+func cmAddrTo(ap netip.AddrPort) proto.CMAddr {
+	ip := ap.Addr()
+	if !ip.IsValid() {
+		if ap.Port() == 0 {
+			return proto.CMAddr{}
+		}
+		return proto.CMAddr{Family: proto.AFInet6, Port: ap.Port()}
+	}
+	a := proto.CMAddr{Family: proto.AFInet6, Port: ap.Port(), Addr: ip.As16()}
+	if ip.Unmap().Is4() {
+		a.Family = proto.AFInet
+	}
+	return a
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func b2u8(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
