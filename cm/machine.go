@@ -79,6 +79,10 @@ type Event struct {
 	// ARI is a REJ's additional reject information (RejectInfoLength
 	// bytes).
 	ARI []byte
+	// SIDRREQ is the SIDR_REQ received (EventSIDRRequest), SIDRREP the
+	// SIDR_REP (EventSIDRReply).
+	SIDRREQ *mad.SIDRREQFields
+	SIDRREP *mad.SIDRREPFields
 }
 
 // Counters count what the machine did with its inputs.
@@ -88,7 +92,7 @@ type Counters struct {
 	Resent      uint64 // of them, retransmissions and answers to duplicates
 	Malformed   uint64 // not a MAD, or a CM MAD of the wrong version or method
 	NotCM       uint64 // another management class
-	Unsupported uint64 // CM attributes not handled (LAP, APR, SIDR, ClassPortInfo)
+	Unsupported uint64 // CM attributes not handled (LAP, APR, ClassPortInfo)
 	UnknownConn uint64 // messages for no connection, or not matching it
 	Duplicates  uint64 // duplicates (answered or ignored, never acted on twice)
 	Unexpected  uint64 // messages that do not fit the connection's state
@@ -141,7 +145,11 @@ type Machine struct {
 	byRemote  map[remoteKey]*conn
 	byQPN     map[qpKey]*conn
 	listeners map[mad.ServiceID]struct{}
-	pending   int
+	sidrs     map[ID]*sidr
+	// sidrByRemote finds a passive SIDR request by the peer's address
+	// and request ID.
+	sidrByRemote map[remoteKey]*sidr
+	pending      int
 	sends     []Send
 	events    []Event
 	ctr       Counters
@@ -169,7 +177,8 @@ func New(cfg Config) *Machine {
 		cfg.TimeWait = 100 * time.Millisecond
 	}
 	return &Machine{cfg: cfg, rnd: cfg.Rand, conns: map[ID]*conn{}, byRemote: map[remoteKey]*conn{},
-		byQPN: map[qpKey]*conn{}, listeners: map[mad.ServiceID]struct{}{}}
+		byQPN: map[qpKey]*conn{}, listeners: map[mad.ServiceID]struct{}{}, sidrs: map[ID]*sidr{},
+		sidrByRemote: map[remoteKey]*sidr{}}
 }
 
 // Counters returns the counters.
@@ -226,6 +235,11 @@ func (m *Machine) Deadline() (Time, bool) {
 			d, ok = c.timer.due, true
 		}
 	}
+	for _, s := range m.sidrs {
+		if s.timer.armed && (!ok || s.timer.due < d) {
+			d, ok = s.timer.due, true
+		}
+	}
 	return d, ok
 }
 
@@ -274,7 +288,7 @@ func (c *conn) remoteQPN() uint32 {
 func (m *Machine) newID() ID {
 	for {
 		id := ID(m.rnd.Uint32())
-		if id != 0 && m.conns[id] == nil {
+		if id != 0 && m.conns[id] == nil && m.sidrs[id] == nil {
 			return id
 		}
 	}
@@ -551,6 +565,11 @@ func (m *Machine) Tick(now Time) {
 	for _, c := range m.conns {
 		if c.timer.expired(now) {
 			m.expire(now, c)
+		}
+	}
+	for _, s := range m.sidrs {
+		if s.timer.expired(now) {
+			m.expireSIDR(now, s)
 		}
 	}
 }

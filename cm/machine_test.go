@@ -193,7 +193,17 @@ func checkInvariants(t testing.TB, m *Machine) {
 			t.Fatalf("byQPN %v: stale entry (%v)", k, c.state)
 		}
 	}
-	if _, ok := m.Deadline(); ok != (len(m.conns) > 0 && hasTimer(m)) {
+	for id, x := range m.sidrs {
+		if x.id != id || !x.timer.armed {
+			t.Fatalf("sidr %#x: id %#x, timer %v", uint32(id), uint32(x.id), x.timer.armed)
+		}
+	}
+	for k, x := range m.sidrByRemote {
+		if m.sidrs[x.id] != x || x.active || x.reqID != k.id || x.peer != k.peer {
+			t.Fatalf("sidrByRemote %v: stale entry", k)
+		}
+	}
+	if _, ok := m.Deadline(); ok != hasTimer(m) {
 		t.Fatal("deadline does not match the timers")
 	}
 }
@@ -201,6 +211,11 @@ func checkInvariants(t testing.TB, m *Machine) {
 func hasTimer(m *Machine) bool {
 	for _, c := range m.conns {
 		if c.timer.armed {
+			return true
+		}
+	}
+	for _, x := range m.sidrs {
+		if x.timer.armed {
 			return true
 		}
 	}

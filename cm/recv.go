@@ -47,6 +47,10 @@ func (m *Machine) Receive(now Time, from netip.Addr, b []byte) {
 		m.recvDREQ(now, from, tid, mad.DREQ(d))
 	case mad.AttrDREP:
 		m.recvDREP(now, from, mad.DREP(d))
+	case mad.AttrSIDRREQ:
+		m.recvSIDRREQ(now, from, tid, mad.SIDRREQ(d))
+	case mad.AttrSIDRREP:
+		m.recvSIDRREP(from, mad.SIDRREP(d))
 	default:
 		m.ctr.Unsupported++
 	}

@@ -78,12 +78,19 @@ const (
 	// retries exhausted, a REJ or a stale connection after it was
 	// established); it stays in TIMEWAIT for a while.
 	EventDisconnected
+	// EventSIDRRequest: a SIDR_REQ for a listened-to service ID
+	// (passive); answer with AnswerSIDR.
+	EventSIDRRequest
+	// EventSIDRReply: the SIDR_REP for our SIDR_REQ (active), whatever
+	// its status.
+	EventSIDRReply
 )
 
 var eventNames = [...]string{
 	EventRequest: "request", EventReply: "reply", EventEstablished: "established",
 	EventRejected: "rejected", EventTimeout: "timeout",
 	EventDisconnectRequest: "disconnect_request", EventDisconnected: "disconnected",
+	EventSIDRRequest: "sidr_request", EventSIDRReply: "sidr_reply",
 }
 
 func (e EventType) String() string {
