@@ -21,6 +21,8 @@ func fuzzSeeds(f *testing.F) {
 		build(mad.AttrRTU, 1, &mad.RTUFields{LocalCommID: 0x1234, RemoteCommID: 9}),
 		build(mad.AttrDREQ, 1, &mad.DREQFields{LocalCommID: 0x1234, RemoteCommID: 9, RemoteQPN: 0x22}),
 		build(mad.AttrDREP, 1, &mad.DREPFields{LocalCommID: 9, RemoteCommID: 0x1234}),
+		build(mad.AttrSIDRREQ, 1, &mad.SIDRREQFields{RequestID: 0x1234, PKey: 0xffff, ServiceID: sid}),
+		build(mad.AttrSIDRREP, 1, &mad.SIDRREPFields{RequestID: 0x1234, QPN: 0x22, QKey: 1, ServiceID: sid}),
 	} {
 		f.Add(b[:], uint8(0), uint16(0))
 	}

@@ -150,9 +150,9 @@ type Machine struct {
 	// and request ID.
 	sidrByRemote map[remoteKey]*sidr
 	pending      int
-	sends     []Send
-	events    []Event
-	ctr       Counters
+	sends        []Send
+	events       []Event
+	ctr          Counters
 }
 
 // New returns a machine with no listener and no connection.
