@@ -23,12 +23,38 @@ const (
 // (RDMA_PS_TCP), the one rping, ucmatose and perftest use.
 func ServiceID(port uint16) mad.ServiceID { return mad.MakeServiceID(mad.PortSpaceTCP, port) }
 
+// UDPServiceID is the service ID of port in rdma_cm's UDP port space
+// (RDMA_PS_UDP: UD QPs, resolved with SIDR), udaddy's.
+func UDPServiceID(port uint16) mad.ServiceID { return mad.MakeServiceID(mad.PortSpaceUDP, port) }
+
+// MaxResolveData is how much private data ResolveUD carries: a
+// SIDR_REQ's 216 bytes less the addressing header; MaxUDAcceptData a
+// SIDR_REP's.
+const (
+	MaxResolveData  = mad.SIDRREQPrivateLen - mad.CMAHeaderLen
+	MaxUDAcceptData = mad.SIDRREPPrivateLen
+)
+
+// parseSIDRRequest is parseRequest for a SIDR_REQ.
+func parseSIDRRequest(r *mad.SIDRREQFields) (src, dst netip.AddrPort, data []byte, ok bool) {
+	if !r.ServiceID.IsIP() {
+		return src, dst, nil, false
+	}
+	h, ok := mad.ParseCMAHeader(r.PrivateData[:])
+	if !ok {
+		return src, dst, nil, false
+	}
+	src = netip.AddrPortFrom(h.SrcIP(), h.SrcPort())
+	dst = netip.AddrPortFrom(h.DstIP(), r.ServiceID.Port())
+	return src, dst, append([]byte(nil), r.PrivateData[mad.CMAHeaderLen:]...), true
+}
+
 // requestData builds a REQ's private data as librdmacm does: the
 // addressing header (IP version, source port, source and destination
 // address) and the application's data after it.
-func requestData(dst *[mad.REQPrivateLen]byte, src, to netip.AddrPort, data []byte) error {
-	if len(data) > MaxDialData {
-		return fmt.Errorf("private data: %d bytes, %d fit", len(data), MaxDialData)
+func requestData(dst []byte, src, to netip.AddrPort, data []byte) error {
+	if len(data) > len(dst)-mad.CMAHeaderLen {
+		return fmt.Errorf("private data: %d bytes, %d fit", len(data), len(dst)-mad.CMAHeaderLen)
 	}
 	h := mad.CMAHeaderFields{IPVersion: 6, SrcPort: src.Port(), SrcIP: src.Addr(), DstIP: to.Addr()}
 	if src.Addr().Is4() {

@@ -18,7 +18,7 @@ func TestRequestData(t *testing.T) {
 	} {
 		src, dst := netip.MustParseAddrPort(c.src), netip.MustParseAddrPort(c.dst)
 		r := mad.REQFields{ServiceID: ServiceID(dst.Port())}
-		if err := requestData(&r.PrivateData, src, dst, []byte("app")); err != nil {
+		if err := requestData(r.PrivateData[:], src, dst, []byte("app")); err != nil {
 			t.Fatal(err)
 		}
 		h := mad.CMAHeader(r.PrivateData[:mad.CMAHeaderLen])
@@ -34,7 +34,7 @@ func TestRequestData(t *testing.T) {
 		}
 	}
 	var r mad.REQFields
-	if err := requestData(&r.PrivateData, netip.AddrPort{}, netip.AddrPort{}, make([]byte, MaxDialData+1)); err == nil {
+	if err := requestData(r.PrivateData[:], netip.AddrPort{}, netip.AddrPort{}, make([]byte, MaxDialData+1)); err == nil {
 		t.Error("57 bytes of private data accepted")
 	}
 	r.ServiceID = mad.MakeServiceID(mad.PortSpaceIB, 1)

@@ -56,7 +56,8 @@ type Agent struct {
 	mu        sync.Mutex
 	m         *cm.Machine
 	waiters   map[cm.ID]*waiter
-	listeners map[uint16]*Listener
+	listeners map[mad.ServiceID]*Listener
+	sidrs     map[cm.ID]chan cm.Event // ResolveUD's waits
 	ahs       map[netip.Addr]*stack.AH
 	freeSend  []int
 	cancel    context.CancelFunc // of the loop's current wait
@@ -107,7 +108,8 @@ func newAgentLocked(dev *stack.Device, cfg Config) (a *Agent, err error) {
 	if cfg.Backlog <= 0 {
 		cfg.Backlog = 128
 	}
-	a = &Agent{dev: dev, cfg: cfg, waiters: map[cm.ID]*waiter{}, listeners: map[uint16]*Listener{},
+	a = &Agent{dev: dev, cfg: cfg, waiters: map[cm.ID]*waiter{}, listeners: map[mad.ServiceID]*Listener{},
+		sidrs: map[cm.ID]chan cm.Event{},
 		ahs: map[netip.Addr]*stack.AH{}, done: make(chan struct{})}
 	a.m = cm.New(cm.Config{CAGUID: dev.Query().NodeGUID, TimeWait: cfg.TimeWait})
 	defer func() {
@@ -238,6 +240,10 @@ func (a *Agent) run(ctx context.Context) {
 		for _, l := range a.listeners {
 			l.shut()
 		}
+		for id, ch := range a.sidrs {
+			ch <- cm.Event{Type: cm.EventTimeout, ID: id}
+		}
+		clear(a.sidrs)
 		a.mu.Unlock()
 		a.release()
 	}()
@@ -364,6 +370,9 @@ func (a *Agent) dispatch(e *cm.Event) {
 		a.request(now, e)
 		return
 	}
+	if a.sidrEvent(now, e) {
+		return
+	}
 	w := a.waiters[e.ID]
 	if w == nil {
 		// Nobody waits: the connection was given up; answer what needs it.
@@ -409,7 +418,7 @@ func (a *Agent) request(now cm.Time, e *cm.Event) {
 		a.m.Reject(now, e.ID, mad.RejInvalidServiceID, nil, nil)
 		return
 	}
-	l := a.listeners[dst.Port()]
+	l := a.listeners[e.ServiceID]
 	if l == nil || (l.addr.IsValid() && l.addr != dst.Addr()) || a.dev.GIDIndex(dst.Addr()) < 0 {
 		a.m.Reject(now, e.ID, mad.RejInvalidServiceID, nil, nil)
 		return

@@ -107,6 +107,7 @@ func (w *waiter) ready(dev *stack.Device, at cm.QPAttrs) error {
 // space (rdma_listen), like a net.Listener.
 type Listener struct {
 	a      *Agent
+	sid    mad.ServiceID
 	port   uint16
 	addr   netip.Addr // the zero Addr: any of the device's
 	ch     chan *ConnRequest
@@ -125,20 +126,30 @@ func Listen(dev *stack.Device, port uint16) (*Listener, error) {
 
 // Listen listens on addr (the zero address: any of the device's).
 func (a *Agent) Listen(addr netip.AddrPort) (*Listener, error) {
+	return a.listen(addr, ServiceID(addr.Port()))
+}
+
+// ListenUD listens on addr in the UDP port space: its requests are
+// SIDR_REQs for UD QPs (ConnRequest.UD), answered with AcceptUD.
+func (a *Agent) ListenUD(addr netip.AddrPort) (*Listener, error) {
+	return a.listen(addr, UDPServiceID(addr.Port()))
+}
+
+func (a *Agent) listen(addr netip.AddrPort, sid mad.ServiceID) (*Listener, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, fmt.Errorf("listen %v: %w", addr, stack.ErrClosed)
 	}
-	if a.listeners[addr.Port()] != nil {
+	if a.listeners[sid] != nil {
 		return nil, fmt.Errorf("listen %v: %w", addr, ErrInUse)
 	}
-	if err := a.m.Listen(ServiceID(addr.Port())); err != nil {
+	if err := a.m.Listen(sid); err != nil {
 		return nil, fmt.Errorf("listen %v: %w", addr, err)
 	}
-	l := &Listener{a: a, port: addr.Port(), addr: addr.Addr().Unmap(), ch: make(chan *ConnRequest, a.cfg.Backlog),
+	l := &Listener{a: a, sid: sid, port: addr.Port(), addr: addr.Addr().Unmap(), ch: make(chan *ConnRequest, a.cfg.Backlog),
 		closed: make(chan struct{})}
-	a.listeners[l.port] = l
+	a.listeners[sid] = l
 	return l, nil
 }
 
@@ -162,14 +173,18 @@ func (l *Listener) Close() error {
 	a := l.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.listeners[l.port] == l {
-		delete(a.listeners, l.port)
-		a.m.Unlisten(ServiceID(l.port))
+	if a.listeners[l.sid] == l {
+		delete(a.listeners, l.sid)
+		a.m.Unlisten(l.sid)
 	}
 	l.shut()
 	for {
 		select {
 		case r := <-l.ch:
+			if r.ud {
+				a.m.AnswerSIDR(a.now(), r.id, mad.SIDRREPFields{Status: mad.SIDRRejected})
+				continue
+			}
 			a.m.Reject(a.now(), r.id, mad.RejConsumer, nil, nil)
 			delete(a.waiters, r.id)
 		default:
@@ -187,6 +202,7 @@ func (l *Listener) shut() { l.once.Do(func() { close(l.closed) }) }
 type ConnRequest struct {
 	a    *Agent
 	id   cm.ID
+	ud   bool // a SIDR_REQ
 	req  mad.REQFields
 	peer netip.Addr // the CM's address the REQ came from
 	// Remote and Local are the addresses of the addressing header: the
@@ -309,6 +325,16 @@ func (r *ConnRequest) Reject(priv []byte) error {
 	a := r.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if r.ud {
+		f := mad.SIDRREPFields{Status: mad.SIDRRejected}
+		copy(f.PrivateData[:], priv)
+		err := a.m.AnswerSIDR(a.now(), r.id, f)
+		a.flushLocked()
+		if err != nil {
+			return fmt.Errorf("reject: %w", err)
+		}
+		return nil
+	}
 	delete(a.waiters, r.id)
 	err := a.m.Reject(a.now(), r.id, mad.RejConsumer, nil, priv)
 	a.flushLocked()
@@ -380,7 +406,7 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 		PKey: 0xffff, PathMTU: mad.MTU(a.dev.Query().ActiveMTU), RNRRetryCount: rnr, MaxCMRetries: a.cfg.MaxRetries,
 		Primary: mad.PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: to,
 			HopLimit: 64, LocalACKTimeout: 19}}
-	if err := requestData(&req.PrivateData, local, netip.AddrPortFrom(to, addr.Port()), priv); err != nil {
+	if err := requestData(req.PrivateData[:], local, netip.AddrPortFrom(to, addr.Port()), priv); err != nil {
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
 	q, own := o.QP, o.QP == nil
