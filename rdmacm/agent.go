@@ -110,7 +110,7 @@ func newAgentLocked(dev *stack.Device, cfg Config) (a *Agent, err error) {
 	}
 	a = &Agent{dev: dev, cfg: cfg, waiters: map[cm.ID]*waiter{}, listeners: map[mad.ServiceID]*Listener{},
 		sidrs: map[cm.ID]chan cm.Event{},
-		ahs: map[netip.Addr]*stack.AH{}, done: make(chan struct{})}
+		ahs:   map[netip.Addr]*stack.AH{}, done: make(chan struct{})}
 	a.m = cm.New(cm.Config{CAGUID: dev.Query().NodeGUID, TimeWait: cfg.TimeWait})
 	defer func() {
 		if err != nil {
