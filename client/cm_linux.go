@@ -13,6 +13,7 @@ import (
 	"github.com/uroce/uroce/mad"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/rdmacm"
+	"github.com/uroce/uroce/stack"
 )
 
 // RDMA CM through the daemon, in the spirit of package rdmacm (and of
@@ -60,9 +61,13 @@ func (c *cmChannel) close() {
 	c.fd.Close()
 }
 
-func (c *cmChannel) createID() (uint32, error) {
+func (c *cmChannel) createID(ud bool) (uint32, error) {
+	req := proto.CMCreateID{Channel: c.h, PS: proto.PSTCP, QPType: proto.QPTypeRC}
+	if ud {
+		req.PS, req.QPType = proto.PSUDP, proto.QPTypeUD
+	}
 	var r proto.Handle
-	_, err := c.d.call(proto.OpCMCreateID, &proto.CMCreateID{Channel: c.h, PS: proto.PSTCP, QPType: proto.QPTypeRC}, -1, &r)
+	_, err := c.d.call(proto.OpCMCreateID, &req, -1, &r)
 	return r.Handle, err
 }
 
@@ -103,6 +108,10 @@ func eventErr(ev *proto.CMEvent) error {
 		n := min(int(ev.Param.PrivateDataLen), len(ev.Param.PrivateData))
 		return &rdmacm.RejectError{Reason: mad.RejectReason(ev.Status), PrivateData: append([]byte(nil), ev.Param.PrivateData[:n]...)}
 	case proto.CMEventUnreachable:
+		if ev.Status > 0 { // a SIDR_REP's status
+			n := min(int(ev.Param.PrivateDataLen), len(ev.Param.PrivateData))
+			return &rdmacm.SIDRError{Status: mad.SIDRStatus(ev.Status), PrivateData: append([]byte(nil), ev.Param.PrivateData[:n]...)}
+		}
 		return rdmacm.ErrUnreachable
 	case proto.CMEventAddrError, proto.CMEventRouteError, proto.CMEventConnectError:
 		return fmt.Errorf("%w: %w", &CMEventError{Type: ev.Type, Status: ev.Status}, syscall.Errno(-ev.Status))
@@ -121,12 +130,18 @@ type CMListener struct {
 
 // Listen listens on addr (the zero address: all of the device's; port
 // 0: a free one, see Addr).
-func (d *Device) Listen(addr netip.AddrPort) (*CMListener, error) {
+func (d *Device) Listen(addr netip.AddrPort) (*CMListener, error) { return d.listen(addr, false) }
+
+// ListenUD listens on addr in the UDP port space: its requests are for
+// UD QPs (SIDR), answered with AcceptUD.
+func (d *Device) ListenUD(addr netip.AddrPort) (*CMListener, error) { return d.listen(addr, true) }
+
+func (d *Device) listen(addr netip.AddrPort, ud bool) (*CMListener, error) {
 	ch, err := d.newCMChannel()
 	if err != nil {
 		return nil, fmt.Errorf("listen %v: %w", addr, err)
 	}
-	h, err := ch.createID()
+	h, err := ch.createID(ud)
 	if err == nil {
 		_, err = d.call(proto.OpCMBind, &proto.CMBind{ID: h, Addr: cmAddr(addr)}, -1, nil)
 	}
@@ -211,6 +226,50 @@ func (r *CMRequest) Accept(ctx context.Context, q *QP, priv []byte) (*CMConn, er
 	return newConn(r.d, ch, r.h, q, r.Local, r.Remote, r.PrivateData), nil
 }
 
+// AcceptUD answers a UD request with q, a UD QP of the device in RTS,
+// and its Q_Key (SIDR).
+func (r *CMRequest) AcceptUD(q *QP, priv []byte) error {
+	req := proto.CMConnect{ID: r.h, QP: q.h}
+	req.Param.PrivateDataLen = uint8(copy(req.Param.PrivateData[:rdmacm.MaxUDAcceptData], priv))
+	_, err := r.d.call(proto.OpCMAccept, &req, -1, nil)
+	r.d.destroy(proto.OpCMDestroyID, r.h)
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	return nil
+}
+
+// ResolveUD resolves the UD service at addr (SIDR) for q, a UD QP of
+// the device: the peer's QPN and Q_Key, and an address handle's
+// attributes to reach it.
+func (d *Device) ResolveUD(ctx context.Context, q *QP, addr netip.AddrPort, priv []byte) (*UDPeer, error) {
+	ch, err := d.newCMChannel()
+	if err != nil {
+		return nil, fmt.Errorf("resolve %v: %w", addr, err)
+	}
+	defer ch.close()
+	h, err := ch.createID(true)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %v: %w", addr, err)
+	}
+	defer d.destroy(proto.OpCMDestroyID, h)
+	ev, err := d.connectID(ctx, ch, h, q, addr, priv)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %v: %w", addr, err)
+	}
+	n := min(int(ev.Param.PrivateDataLen), len(ev.Param.PrivateData))
+	return &UDPeer{QPN: ev.Param.QPN, QKey: ev.Param.QKey, AH: stack.AHAttr{DGID: netip.AddrFrom16(ev.AH.DGID).Unmap(),
+		SGIDIndex: int(ev.AH.SGIDIndex), HopLimit: ev.AH.HopLimit, DMAC: ev.AH.DMAC},
+		PrivateData: append([]byte(nil), ev.Param.PrivateData[:n]...)}, nil
+}
+
+// UDPeer is a resolved UD service.
+type UDPeer struct {
+	QPN, QKey   uint32
+	AH          stack.AHAttr
+	PrivateData []byte
+}
+
 // Reject refuses the request ("consumer reject") with priv.
 func (r *CMRequest) Reject(priv []byte) error {
 	req := proto.CMReject{ID: r.h}
@@ -231,7 +290,7 @@ func (d *Device) Dial(ctx context.Context, q *QP, addr netip.AddrPort, priv []by
 	if err != nil {
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
-	h, err := ch.createID()
+	h, err := ch.createID(false)
 	if err != nil {
 		ch.close()
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
@@ -241,53 +300,52 @@ func (d *Device) Dial(ctx context.Context, q *QP, addr netip.AddrPort, priv []by
 		ch.close()
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
+	ev, err := d.connectID(ctx, ch, h, q, addr, priv)
+	if err != nil {
+		return fail(err)
+	}
+	rt := ev.Route
+	q.refresh()
+	n := min(int(ev.Param.PrivateDataLen), len(ev.Param.PrivateData))
+	return newConn(d, ch, h, q, addrPort(rt.Src), addr, append([]byte(nil), ev.Param.PrivateData[:n]...)), nil
+}
+
+// connectID resolves the address and route of ID h and connects it
+// with q; it returns the ESTABLISHED event.
+func (d *Device) connectID(ctx context.Context, ch *cmChannel, h uint32, q *QP, addr netip.AddrPort, priv []byte) (proto.CMEvent, error) {
 	timeout := uint32(2000)
 	if t, ok := ctx.Deadline(); ok {
 		timeout = uint32(max(1, time.Until(t).Milliseconds()))
 	}
-	var rt proto.CMRoute
-	if _, err := d.call(proto.OpCMResolveAddr, &proto.CMResolve{ID: h, TimeoutMS: timeout, Dst: cmAddr(addr)}, -1, &rt); err != nil {
-		return fail(err)
+	if _, err := d.call(proto.OpCMResolveAddr, &proto.CMResolve{ID: h, TimeoutMS: timeout, Dst: cmAddr(addr)}, -1, nil); err != nil {
+		return proto.CMEvent{}, err
 	}
-	step := func(want uint32) error {
+	step := func(want uint32) (proto.CMEvent, error) {
 		ev, err := ch.next(ctx)
-		if err != nil {
-			return err
+		if err == nil && ev.Type != want {
+			err = eventErr(&ev)
 		}
-		if ev.Type != want {
-			return eventErr(&ev)
-		}
-		rt = ev.Route
-		return nil
+		return ev, err
 	}
-	if err := step(proto.CMEventAddrResolved); err != nil {
-		return fail(err)
+	if _, err := step(proto.CMEventAddrResolved); err != nil {
+		return proto.CMEvent{}, err
 	}
 	if _, err := d.call(proto.OpCMResolveRoute, &proto.CMResolve{ID: h, TimeoutMS: timeout}, -1, nil); err != nil {
-		return fail(err)
+		return proto.CMEvent{}, err
 	}
-	if err := step(proto.CMEventRouteResolved); err != nil {
-		return fail(err)
+	if _, err := step(proto.CMEventRouteResolved); err != nil {
+		return proto.CMEvent{}, err
 	}
 	req := proto.CMConnect{ID: h, QP: q.h, Param: proto.CMConnParam{ResponderResources: 1, InitiatorDepth: 1,
 		RetryCount: 7, RNRRetryCount: 7}}
-	if len(priv) > rdmacm.MaxDialData {
-		return fail(fmt.Errorf("%d bytes of private data, %d fit: %w", len(priv), rdmacm.MaxDialData, syscall.EINVAL))
+	if len(priv) > len(req.Param.PrivateData) {
+		return proto.CMEvent{}, fmt.Errorf("%d bytes of private data: %w", len(priv), syscall.EINVAL)
 	}
 	req.Param.PrivateDataLen = uint8(copy(req.Param.PrivateData[:], priv))
 	if _, err := d.call(proto.OpCMConnect, &req, -1, nil); err != nil {
-		return fail(err)
+		return proto.CMEvent{}, err
 	}
-	ev, err := ch.next(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	if ev.Type != proto.CMEventEstablished {
-		return fail(eventErr(&ev))
-	}
-	q.refresh()
-	n := min(int(ev.Param.PrivateDataLen), len(ev.Param.PrivateData))
-	return newConn(d, ch, h, q, addrPort(rt.Src), addr, append([]byte(nil), ev.Param.PrivateData[:n]...)), nil
+	return step(proto.CMEventEstablished)
 }
 
 // CMConn is an established connection.

@@ -436,8 +436,9 @@ func (ss *session) cmListen(id *cmIDObj) error {
 	if err != nil {
 		return err
 	}
-	if id.qpType != proto.QPTypeRC {
-		return errnoErr{unix.EOPNOTSUPP, "listen: only RC (the TCP port space) is supported; SIDR (UD) is not"}
+	listen := a.Listen
+	if id.qpType == proto.QPTypeUD {
+		listen = a.ListenUD
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -455,13 +456,13 @@ func (ss *session) cmListen(id *cmIDObj) error {
 	if addr.Port() == 0 {
 		for range 64 {
 			p := netip.AddrPortFrom(addr.Addr(), uint16(32768+rand.IntN(28232)))
-			if ln, err = a.Listen(p); err == nil {
+			if ln, err = listen(p); err == nil {
 				addr = p
 				break
 			}
 		}
 	} else {
-		ln, err = a.Listen(addr)
+		ln, err = listen(addr)
 	}
 	if err != nil {
 		if errors.Is(err, rdmacm.ErrInUse) {
@@ -494,7 +495,9 @@ func (ss *session) acceptLoop(ctx context.Context, id *cmIDObj, ln *rdmacm.Liste
 		ev := proto.CMEvent{Type: proto.CMEventConnectRequest, ListenID: id.handle}
 		ev.Param.ResponderResources, ev.Param.InitiatorDepth = r.Offer()
 		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], r.PrivateData))
-		ev.Param.RetryCount, ev.Param.RNRRetryCount = 7, 7
+		if !r.UD() {
+			ev.Param.RetryCount, ev.Param.RNRRetryCount = 7, 7
+		}
 		ev.Route = child.route()
 		ev.ID = child.handle
 		id.mu.Lock()
@@ -526,9 +529,15 @@ func (ss *session) cmQP(h, qpn uint32) (*qpObj, error) {
 	return nil, errnoErr{unix.EINVAL, fmt.Sprintf("no qp 0x%x in this session", qpn)}
 }
 
-func checkCMQP(q *qpObj) error {
+func checkCMQP(id *cmIDObj, q *qpObj) error {
+	if id.qpType == proto.QPTypeUD {
+		if q.typ != stack.UD {
+			return errnoErr{unix.EINVAL, fmt.Sprintf("rdma cm: qp 0x%x is not UD, the id's type", q.q.QPN())}
+		}
+		return nil
+	}
 	if q.typ != stack.RC {
-		return errnoErr{unix.EOPNOTSUPP, "rdma cm: only RC QPs are connected (SIDR for UD is not supported)"}
+		return errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("rdma cm: qp 0x%x is not RC: only RC QPs are connected", q.q.QPN())}
 	}
 	st, _ := q.q.Query()
 	if st.State != stack.StateReset && st.State != stack.StateInit {
@@ -548,12 +557,15 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := checkCMQP(q); err != nil {
+	if err := checkCMQP(id, q); err != nil {
 		return err
 	}
-	n := int(req.Param.PrivateDataLen)
-	if n > rdmacm.MaxDialData {
-		return errnoErr{unix.EINVAL, fmt.Sprintf("connect: %d bytes of private data, %d fit", n, rdmacm.MaxDialData)}
+	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxDialData
+	if id.qpType == proto.QPTypeUD {
+		most = rdmacm.MaxResolveData
+	}
+	if n > most {
+		return errnoErr{unix.EINVAL, fmt.Sprintf("connect: %d bytes of private data, %d fit", n, most)}
 	}
 	id.mu.Lock()
 	if id.state != cmRouteResolved {
@@ -567,6 +579,14 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 		RNRRetryCount: req.Param.RNRRetryCount, SetRetry: true}
 	id.mu.Unlock()
 	priv := append([]byte(nil), req.Param.PrivateData[:n]...)
+	if id.qpType == proto.QPTypeUD {
+		go func() {
+			peer, err := a.ResolveUD(ctx, dst, priv, o)
+			cancel()
+			ss.resolvedUD(id, peer, err)
+		}()
+		return nil
+	}
 	go func() {
 		c, err := a.Dial(ctx, nil, dst, stack.QPInit{}, priv, o)
 		cancel()
@@ -582,18 +602,36 @@ func (ss *session) cmAccept(id *cmIDObj, req *proto.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := checkCMQP(q); err != nil {
+	if err := checkCMQP(id, q); err != nil {
 		return err
 	}
-	n := int(req.Param.PrivateDataLen)
-	if n > rdmacm.MaxAcceptData {
-		return errnoErr{unix.EINVAL, fmt.Sprintf("accept: %d bytes of private data, %d fit", n, rdmacm.MaxAcceptData)}
+	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxAcceptData
+	if id.qpType == proto.QPTypeUD {
+		most = rdmacm.MaxUDAcceptData
+	}
+	if n > most {
+		return errnoErr{unix.EINVAL, fmt.Sprintf("accept: %d bytes of private data, %d fit", n, most)}
 	}
 	id.mu.Lock()
 	r := id.req
 	if id.state != cmRequest || r == nil {
 		id.mu.Unlock()
 		return errnoErr{unix.EINVAL, "accept: the id has no connection request"}
+	}
+	if r.UD() {
+		// SIDR: the answer names the QP; nothing changes state and no
+		// event follows on this side.
+		id.state, id.req = cmConnected, nil
+		id.mu.Unlock()
+		st, _ := q.q.Query()
+		qkey := st.QKey
+		if req.Param.QKey != 0 {
+			qkey = req.Param.QKey
+		}
+		if err := r.AcceptUD(q.q.QPN(), qkey, req.Param.PrivateData[:n]); err != nil {
+			return errnoErr{unix.EINVAL, err.Error()}
+		}
+		return nil
 	}
 	id.state, id.req, id.qp, id.tried = cmConnecting, nil, q.q, true
 	id.mu.Unlock()
@@ -658,6 +696,38 @@ func (ss *session) connected(id *cmIDObj, c *rdmacm.Conn, err error) {
 			id.emit(&proto.CMEvent{Type: proto.CMEventDisconnected})
 		}()
 	}
+}
+
+// resolvedUD reports how a UD connect (SIDR) ended: ESTABLISHED with the
+// peer's QPN, Q_Key and address, or UNREACHABLE.
+func (ss *session) resolvedUD(id *cmIDObj, peer *rdmacm.UDPeer, err error) {
+	id.mu.Lock()
+	if id.destroyed || errors.Is(err, context.Canceled) {
+		id.mu.Unlock()
+		return
+	}
+	ev := proto.CMEvent{Type: proto.CMEventEstablished}
+	var se *rdmacm.SIDRError
+	switch {
+	case err == nil:
+		id.state = cmConnected
+		ev.Param.QPN, ev.Param.QKey = peer.QPN, peer.QKey
+		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], peer.PrivateData))
+		ev.AH = proto.AHAttr{DGID: peer.Remote.Addr().As16(), SGIDIndex: uint8(peer.SGIDIndex), HopLimit: 64,
+			IsGlobal: 1, Port: 1, DMAC: id.dmac}
+	case errors.As(err, &se):
+		id.state = cmIdle
+		ev.Type, ev.Status = proto.CMEventUnreachable, int32(se.Status)
+		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], se.PrivateData))
+	default:
+		id.state = cmIdle
+		ev.Type, ev.Status = proto.CMEventUnreachable, -int32(unix.ETIMEDOUT)
+	}
+	if err != nil {
+		ss.srv.log.Info("rdma cm: ud service not resolved", "session", ss.id, "peer", id.dst, "err", err)
+	}
+	id.mu.Unlock()
+	id.emit(&ev)
 }
 
 // cmDisconnect moves the QP to ERR and sends the DREQ; DISCONNECTED

@@ -212,3 +212,53 @@ func TestDaemonCMInterop(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestDaemonCMUD resolves a UD service of another daemon's client
+// (SIDR, udaddy's exchange) and sends it a datagram.
+func TestDaemonCMUD(t *testing.T) {
+	p := newPair(t)
+	ca, cb := open(t, p.sa), open(t, p.sb)
+	a, b := newEnd(t, ca, 1<<16), newEnd(t, cb, 1<<16)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	qa, qb := a.qp(t, stack.UD), b.qp(t, stack.UD)
+	connect(t, qa, qb, ipA, ipB) // UD: INIT (Q_Key 0x1111), RTR, RTS
+	ln, err := cb.ListenUD(netip.AddrPortFrom(netip.Addr{}, 7490))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if r, err := ln.Accept(ctx); err == nil {
+			r.AcceptUD(qb.(*client.QP), []byte("ud welcome"))
+		}
+	}()
+	peer, err := ca.ResolveUD(ctx, qa.(*client.QP), netip.AddrPortFrom(ipB, 7490), []byte("ud hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer.QPN != qb.QPN() || peer.QKey != 0x1111 || peer.AH.DGID != ipB || !bytes.HasPrefix(peer.PrivateData, []byte("ud welcome")) {
+		t.Fatalf("peer %+v", peer)
+	}
+	ah, err := a.pd.CreateAH(peer.AH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.PostRecv(&stack.RecvWR{ID: 1, SG: []stack.SGE{b.mr.SGE(0, 4096)}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.buf, "datagram")
+	if err := qa.PostSend(&verbs.SendWR{ID: 2, Op: stack.OpSend, Flags: stack.SendSignaled,
+		SG: []stack.SGE{a.mr.SGE(0, 8)}, AH: ah, RemoteQPN: peer.QPN, RemoteQKey: peer.QKey}); err != nil {
+		t.Fatal(err)
+	}
+	waitN(t, a.cq, 1)
+	if wc := waitN(t, b.cq, 1)[0]; wc.Status != stack.WCSuccess || string(b.buf[40:48]) != "datagram" {
+		t.Fatalf("recv %v %q", wc.Status, b.buf[40:48])
+	}
+	_, err = ca.ResolveUD(ctx, qa.(*client.QP), netip.AddrPortFrom(ipB, 7491), nil)
+	var se *rdmacm.SIDRError
+	if !errors.As(err, &se) || se.Status != mad.SIDRServiceIDUnknown {
+		t.Fatalf("nobody listening: %v", err)
+	}
+}
