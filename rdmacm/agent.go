@@ -112,9 +112,10 @@ func newAgentLocked(dev *stack.Device, cfg Config) (a *Agent, err error) {
 		sidrs: map[cm.ID]chan cm.Event{},
 		ahs:   map[netip.Addr]*stack.AH{}, done: make(chan struct{})}
 	a.m = cm.New(cm.Config{CAGUID: dev.Query().NodeGUID, TimeWait: cfg.TimeWait})
+	made := a // the error returns below clear a
 	defer func() {
 		if err != nil {
-			a.release()
+			made.release()
 		}
 	}()
 	if a.pd, err = dev.AllocPD(); err != nil {
@@ -287,12 +288,7 @@ func (a *Agent) complete(now cm.Time, wc *stack.WC) {
 	if wc.Status == stack.WCSuccess && wc.ByteLen >= recvLen {
 		off := sendSlots*mad.Len + slot*recvLen
 		b := a.buf[off : off+recvLen]
-		var from netip.Addr
-		if b[20]>>4 == 4 { // an IPv4 header in the GRH's last 20 bytes
-			from = netip.AddrFrom4([4]byte(b[32:36]))
-		} else {
-			from = netip.AddrFrom16([16]byte(b[8:24]))
-		}
+		from, _ := stack.GRHSource(b)
 		a.m.Receive(now, from, b[grhLen:])
 	}
 	if err := a.postRecv(slot); err != nil {

@@ -59,3 +59,20 @@ func (ah *AH) Destroy() error {
 	ah.pd.uses.drop()
 	return nil
 }
+
+// GRHSource returns the sender's address from the 40-byte GRH slot at
+// the head of a UD receive, as ibv_init_ah_from_wc reads it: for RoCEv2
+// over IPv4 the IPv4 header is in the slot's last 20 bytes, else the
+// slot is the IPv6 header.
+func GRHSource(grh []byte) (netip.Addr, bool) {
+	if len(grh) < 40 {
+		return netip.Addr{}, false
+	}
+	if grh[20]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(grh[32:36])), true
+	}
+	if grh[0]>>4 == 6 {
+		return netip.AddrFrom16([16]byte(grh[8:24])), true
+	}
+	return netip.Addr{}, false
+}
