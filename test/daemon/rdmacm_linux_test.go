@@ -1,0 +1,180 @@
+package daemon_test
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The stock RDMA CM programs of Debian's rdmacm-utils, unmodified, on
+// both ends, each through its daemon's CM with uroce's librdmacm and
+// libibverbs (`uroce run`), as user nobody.
+
+// cmPair runs srv on end 0, then cli (the server's address appended
+// when addr) on end 1, again while the client's output says it was
+// refused (the server does not listen yet); it returns both.
+func (n *net2) cmPair(t *testing.T, srv, cli []string, refused string) (s, c *run) {
+	t.Helper()
+	s = n.stockTool(0, srv...)
+	for tries := 0; ; tries++ {
+		time.Sleep(300 * time.Millisecond)
+		c = n.stockTool(1, cli...)
+		err := c.wait(t, time.Minute)
+		if err == nil || tries == 20 || !strings.Contains(c.out.String(), refused) {
+			if err != nil {
+				t.Errorf("%v: %v\n%s", cli, err, short(c.out.String()))
+			}
+			break
+		}
+	}
+	if err := s.wait(t, time.Minute); err != nil {
+		t.Errorf("%v (server): %v\n%s", srv, err, short(s.out.String()))
+	}
+	return s, c
+}
+
+var rpingLineRE = regexp.MustCompile(`(?m)^ping data: (.*)$`)
+
+// rpingString is ping i of size bytes as rping's client writes it (the
+// NUL left out): "rdma-ping-i: ", then letters 'A' to 'z' from the i-th
+// on, wrapping.
+func rpingString(i, size int) string {
+	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	for c := byte(65 + i%58); len(b) < size-1; c++ {
+		if c > 122 {
+			c = 65
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+// short is s cut to a readable length for a failure message.
+func short(s string) string {
+	if len(s) > 3000 {
+		return s[:1500] + "\n[...]\n" + s[len(s)-1500:]
+	}
+	return s
+}
+
+// TestStockRDMACM: rping (RDMA READ and WRITE over a CM connection,
+// each ping checked), ucmatose (two connections, SENDs both ways),
+// rdma_server and rdma_client (synchronous IDs, rdma_create_ep), a
+// connection to a port nobody listens on, and a listener whose daemon
+// stops (DEVICE_REMOVAL).
+func TestStockRDMACM(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	for _, tool := range []string{"rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: %s is not installed (Debian package rdmacm-utils)", tool)
+		}
+	}
+	n := newNet(t, 1500)
+	addr := n.IP[0].String()
+	const refused = "REJECTED"
+
+	t.Run("rping", func(t *testing.T) {
+		for _, size := range []string{"64", "4000"} {
+			s, c := n.cmPair(t, []string{"rping", "-s", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"},
+				[]string{"rping", "-c", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"}, refused)
+			// stderr's line may land in the middle of stdout's.
+			out := strings.Replace(c.out.String(), "client DISCONNECT EVENT...\n", "", 1)
+			m := rpingLineRE.FindAllStringSubmatch(out, -1)
+			if len(m) != 10 {
+				t.Errorf("rping -S %s: %d pings, want 10:\n%s", size, len(m), short(out))
+			}
+			n, _ := strconv.Atoi(size)
+			for i, l := range m {
+				if want := rpingString(i, n); l[1] != want {
+					t.Errorf("rping -S %s: ping %d: %.60q, want %.60q", size, i, l[1], want)
+				}
+			}
+			if got := strings.Count(s.out.String(), "server ping data: rdma-ping-"); got != 10 {
+				t.Errorf("rping -s -S %s: the server saw %d pings, want 10:\n%s", size, got, short(s.out.String()))
+			}
+			if !strings.Contains(s.out.String(), "server DISCONNECT EVENT...") {
+				t.Errorf("rping -s: no disconnect seen:\n%s", short(s.out.String()))
+			}
+		}
+	})
+
+	t.Run("ucmatose", func(t *testing.T) {
+		s, c := n.cmPair(t, []string{"ucmatose", "-p", "7202", "-c", "2", "-C", "10"},
+			[]string{"ucmatose", "-s", addr, "-p", "7202", "-c", "2", "-C", "10"}, refused)
+		for _, r := range []*run{s, c} {
+			o := r.out.String()
+			if !strings.Contains(o, "data transfers complete") || !strings.Contains(o, "return status 0") {
+				t.Errorf("ucmatose: %s", o)
+			}
+		}
+	})
+
+	// -m: every ID moves to a new event channel before the disconnect.
+	t.Run("ucmatose-migrate", func(t *testing.T) {
+		s, c := n.cmPair(t, []string{"ucmatose", "-p", "7205", "-m"},
+			[]string{"ucmatose", "-s", addr, "-p", "7205", "-m"}, refused)
+		for _, r := range []*run{s, c} {
+			o := r.out.String()
+			if !strings.Contains(o, "migrating to new event channel") || !strings.Contains(o, "return status 0") {
+				t.Errorf("ucmatose -m: %s", o)
+			}
+		}
+	})
+
+	// UD: the QPN, Q_Key and address of the peer through SIDR.
+	t.Run("udaddy", func(t *testing.T) {
+		s, c := n.cmPair(t, []string{"udaddy", "-C", "10"}, []string{"udaddy", "-s", addr, "-C", "10"}, "UNREACHABLE")
+		for _, r := range []*run{s, c} {
+			o := r.out.String()
+			if !strings.Contains(o, "data transfers complete") || !strings.Contains(o, "return status 0") {
+				t.Errorf("udaddy: %s", o)
+			}
+		}
+	})
+
+	t.Run("rdma_server", func(t *testing.T) {
+		s, c := n.cmPair(t, []string{"rdma_server", "-p", "7203"},
+			[]string{"rdma_client", "-s", addr, "-p", "7203"}, "rdma_connect: Connection refused")
+		if !strings.Contains(s.out.String(), "rdma_server: end 0") {
+			t.Errorf("rdma_server: %s", s.out.String())
+		}
+		if !strings.Contains(c.out.String(), "rdma_client: end 0") {
+			t.Errorf("rdma_client: %s", c.out.String())
+		}
+	})
+
+	t.Run("nolistener", func(t *testing.T) {
+		c := n.stockTool(1, "rping", "-c", "-a", addr, "-p", "7299", "-C", "1")
+		err := c.wait(t, time.Minute)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 255 ||
+			!strings.Contains(c.out.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8") {
+			t.Errorf("rping to a port nobody listens on: %v, want exit status 255 and REJECTED (8):\n%s", err, c.out.String())
+		}
+		c = n.stockTool(1, "rdma_client", "-s", addr, "-p", "7299")
+		c.wait(t, time.Minute)
+		if !strings.Contains(c.out.String(), "rdma_connect: Connection refused") {
+			t.Errorf("rdma_client to a port nobody listens on:\n%s", c.out.String())
+		}
+	})
+
+	// Last: it stops daemon 0.
+	t.Run("removal", func(t *testing.T) {
+		s := n.stockTool(0, "rping", "-s", "-a", addr, "-p", "7204", "-C", "1")
+		time.Sleep(time.Second)
+		if err := n.Stop(0); err != nil {
+			t.Error(err)
+		}
+		err := s.wait(t, time.Minute)
+		if err == nil || !strings.Contains(s.out.String(), "cma detected device removal!!!!") {
+			t.Errorf("rping -s when the daemon stops: %v, want device removal reported:\n%s", err, s.out.String())
+		}
+	})
+}
