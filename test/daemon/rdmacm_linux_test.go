@@ -63,8 +63,9 @@ func short(s string) string {
 }
 
 // TestStockRDMACM: rping (RDMA READ and WRITE over a CM connection,
-// each ping checked), ucmatose (two connections, SENDs both ways),
-// rdma_server and rdma_client (synchronous IDs, rdma_create_ep), a
+// each ping checked), ucmatose (two connections, SENDs both ways; with
+// -m, migrated to new channels), udaddy (UD through SIDR), rdma_server
+// and rdma_client (synchronous IDs, rdma_create_ep), perftest's -R, a
 // connection to a port nobody listens on, and a listener whose daemon
 // stops (DEVICE_REMOVAL).
 func TestStockRDMACM(t *testing.T) {
@@ -147,6 +148,21 @@ func TestStockRDMACM(t *testing.T) {
 		}
 		if !strings.Contains(c.out.String(), "rdma_client: end 0") {
 			t.Errorf("rdma_client: %s", c.out.String())
+		}
+	})
+
+	// perftest's -R: its exchange and its test QPs over RDMA CM.
+	t.Run("perftest", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"ib_write_bw", "-n", "1000", "-s", "65536"},
+			{"ib_read_lat", "-n", "500"},
+			{"ib_send_bw", "-n", "1000", "-q", "2"},
+		} {
+			args := append([]string{args[0], "-R", "-d", "uroce0", "-x", "1", "-F", "-p", "7206"}, args[1:]...)
+			_, c := n.cmPair(t, args, append(append([]string{}, args...), addr), "Unexpected CM event")
+			if !perfResultRE.MatchString(c.out.String()) {
+				t.Errorf("%v: no result line:\n%s", args, c.out.String())
+			}
 		}
 	})
 
