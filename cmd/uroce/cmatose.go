@@ -43,6 +43,9 @@ options (as ucmatose's):
   -P tcp                 port space (only tcp)
   -t TOS, -a TIMEOUT, -m accepted; they change nothing here
   -d IFACE               network interface to run on
+uroce's own:
+  --connect-wait=D       how long a client retries while nobody listens (default 0: once, as ucmatose)
+  ADDR                   the server's address may also come as the last argument
 `
 
 const udaddyText = `usage:
@@ -65,6 +68,8 @@ options (as udaddy's):
   -d IFACE               network interface to run on
 uroce's own:
   --port PORT            port (default 7174, udaddy's)
+  --connect-wait=D       how long a client retries while nobody listens (default 0: once, as udaddy)
+  ADDR                   the server's address may also come as the last argument
 `
 
 func runCmatose(ctx context.Context, args []string, stdout, stderr io.Writer, ud bool) int {
@@ -101,9 +106,13 @@ func runCmatose(ctx context.Context, args []string, stdout, stderr io.Writer, ud
 		f.String(&timeout, "a")
 		f.Bool(&migrate, "m")
 	}
+	fs.DurationVar(&cfg.ConnectWait, "connect-wait", 0, "")
 	help := fs.Bool("h", false, "")
 	fs.BoolVar(help, "help", false, "")
 	rest, err := app.ParseArgs(fs, args)
+	if err == nil && len(rest) == 1 && server == "" {
+		server, rest = rest[0], nil
+	}
 	if err == nil && *help {
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -143,7 +143,8 @@ const (
 // script returns the guest's script: every step between markers, clients
 // retried while the connection is refused (uroce's server may not be
 // listening yet): a TCP connection refused, or an RDMA CM connection
-// rejected for want of a listener (rping's "REJECTED, error 8").
+// rejected for want of a listener (rping's "REJECTED, error 8",
+// ucmatose's "REJECTED, error: 8", udaddy's SIDR "UNREACHABLE, error: 1").
 func (g *group) script() string {
 	var b strings.Builder
 	b.WriteString(`try() {
@@ -151,7 +152,7 @@ func (g *group) script() string {
 	while :; do
 		out=$("$@" 2>&1); rc=$?
 		case "$out" in
-		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*|*"Unexpected CM event bl blka 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
+		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*|*"RDMA_CM_EVENT_REJECTED, error: 8"*|*"RDMA_CM_EVENT_UNREACHABLE, error: 1"*|*"Unexpected CM event bl blka 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
 		*) break ;;
 		esac
 	done

@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/uroce/uroce/mad"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
@@ -55,6 +56,10 @@ type Config struct {
 	Connections int
 	Count       int // messages each way per connection
 	Size        int
+	// ConnectWait is how long the client retries a connection the
+	// server refuses for want of a listener (uroce's own; the stock
+	// tools try once).
+	ConnectWait time.Duration
 	// Agent, when set, is the device's CM agent (else rdmacm.AgentFor).
 	Agent          *rdmacm.Agent
 	Stdout, Stderr io.Writer
@@ -366,7 +371,11 @@ func (r *run) client(ctx context.Context) error {
 		r.nodes = append(r.nodes, n)
 		o := rdmacm.DialOptions{Source: netip.AddrPortFrom(cfg.Source, 0), QP: n.qp, ResponderResources: 1,
 			InitiatorDepth: 1, RetryCount: 5, RNRRetryCount: 0, SetRetry: true}
-		if n.conn, err = r.a.Dial(ctx, nil, to, stack.QPInit{}, nil, o); err != nil {
+		err = r.retry(ctx, func() (err error) {
+			n.conn, err = r.a.Dial(ctx, nil, to, stack.QPInit{}, nil, o)
+			return err
+		})
+		if err != nil {
 			return eventError(err)
 		}
 	}
@@ -395,6 +404,27 @@ func (r *run) client(ctx context.Context) error {
 		n.conn = nil
 	}
 	return nil
+}
+
+// retry runs connect again while the server has no listener, for
+// ConnectWait.
+func (r *run) retry(ctx context.Context, connect func() error) error {
+	deadline := time.Now().Add(r.cfg.ConnectWait)
+	for {
+		err := connect()
+		var rej *rdmacm.RejectError
+		var se *rdmacm.SIDRError
+		nobody := errors.As(err, &rej) && rej.Reason == mad.RejInvalidServiceID ||
+			errors.As(err, &se) && se.Status == mad.SIDRServiceIDUnknown
+		if !nobody || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // RunUD runs udaddy (UD through SIDR).
@@ -492,7 +522,11 @@ func (r *run) udClient(ctx context.Context) error {
 			return err
 		}
 		r.nodes = append(r.nodes, n)
-		peer, err := r.a.ResolveUD(ctx, to, nil, rdmacm.DialOptions{Source: netip.AddrPortFrom(cfg.Source, 0)})
+		var peer *rdmacm.UDPeer
+		err = r.retry(ctx, func() (err error) {
+			peer, err = r.a.ResolveUD(ctx, to, nil, rdmacm.DialOptions{Source: netip.AddrPortFrom(cfg.Source, 0)})
+			return err
+		})
 		if err != nil {
 			return eventError(err)
 		}
