@@ -47,6 +47,26 @@ static struct uc_event *held;
 
 static int debug_on = -1;
 
+/*
+ * Destroyed IDs and channels are freed only after the next 64: a
+ * program that still uses one it just destroyed (perftest's -R client
+ * does when it retries) finds it dead (EINVAL, EBADF), not memory that
+ * malloc handed out again.
+ */
+#define GRAVES 64
+static void *graves[GRAVES];
+static unsigned next_grave;
+
+static void bury(void *p)
+{
+	pthread_mutex_lock(&mu);
+	void *old = graves[next_grave];
+	graves[next_grave] = p;
+	next_grave = (next_grave + 1) % GRAVES;
+	pthread_mutex_unlock(&mu);
+	free(old);
+}
+
 void uc_debug(const char *fmt, ...)
 {
 	if (debug_on < 0) {
@@ -301,6 +321,7 @@ static struct uc_channel *channel_new(struct uc_dev *d)
 	if (fl >= 0 && (fl & O_NONBLOCK))
 		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	c->ch.fd = fd;
+	c->magic = UC_CHANNEL_LIVE;
 	c->handle = r.channel;
 	c->dev = d;
 	return c;
@@ -313,6 +334,7 @@ static void channel_free(struct uc_channel *c)
 	held_drop(c, NULL);
 	pthread_mutex_lock(&mu);
 	c->closed = 1;
+	c->magic = UC_DEAD;
 	int now = c->users == 0;
 	pthread_mutex_unlock(&mu);
 	struct up_handle h = {.handle = c->handle};
@@ -321,7 +343,7 @@ static void channel_free(struct uc_channel *c)
 		uc_debug("destroying channel %u: %s", c->handle, strerror(err));
 	close(c->ch.fd);
 	if (now)
-		free(c);
+		bury(c);
 }
 
 /* Enters or leaves rdma_get_cm_event: 0, or EBADF for a destroyed channel. */
@@ -341,7 +363,7 @@ static void channel_leave(struct uc_channel *c)
 	int last = --c->users == 0 && c->closed;
 	pthread_mutex_unlock(&mu);
 	if (last)
-		free(c);
+		bury(c);
 }
 
 static int channel_closed(struct uc_channel *c)
@@ -368,6 +390,13 @@ static struct uc_channel *channel_of(struct rdma_event_channel *ch)
 	return UC_CONTAINER(ch, struct uc_channel, ch);
 }
 
+/* A program's channel: NULL for NULL or one destroyed. */
+static struct uc_channel *live_channel(struct rdma_event_channel *ch)
+{
+	struct uc_channel *c = ch ? channel_of(ch) : NULL;
+	return c && c->magic == UC_CHANNEL_LIVE ? c : NULL;
+}
+
 struct rdma_event_channel *rdma_create_event_channel(void)
 {
 	struct uc_dev *d;
@@ -382,8 +411,9 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
-	if (channel)
-		channel_free(channel_of(channel));
+	struct uc_channel *c = live_channel(channel);
+	if (c)
+		channel_free(c);
 }
 
 /* IDs. */
@@ -402,6 +432,7 @@ static struct uc_id *id_new(struct uc_dev *d, struct rdma_event_channel *ch, voi
 	u->id.port_num = 1;
 	u->id.pd = d->pd;
 	u->id.route.addr.addr.ibaddr.pkey = htobe16(0xffff);
+	u->magic = UC_ID_LIVE;
 	u->handle = handle;
 	u->dev = d;
 	return u;
@@ -455,7 +486,8 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **idp
 	struct uc_channel *c;
 	int sync = !channel;
 	if (channel) {
-		c = channel_of(channel);
+		if (!(c = live_channel(channel)))
+			return uc_fail(EINVAL);
 	} else {
 		struct uc_dev *d;
 		int err = primary(&d);
@@ -494,9 +526,10 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
+	u->magic = UC_DEAD;
 	/* The daemon's ID goes first: no event of it follows. */
 	daemon_destroy_id(u->dev, u->handle);
 	if (id->event) {
@@ -509,14 +542,16 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	/* Unlinked, it gets no more events; those held for it are dropped. */
 	held_drop(NULL, u);
 	pthread_mutex_lock(&mu);
-	while (u->completed < u->reported)
+	while (u->completed + u->held < u->reported)
 		pthread_cond_wait(&acked, &mu);
 	pthread_mutex_unlock(&mu);
 	if (u->sync)
 		channel_free(channel_of(id->channel));
 	free(u->qp_init_attr);
 	free(u->connect);
-	free(u);
+	u->qp_init_attr = NULL;
+	u->connect = NULL;
+	bury(u);
 	return 0;
 }
 
@@ -524,15 +559,15 @@ static void move_events(struct uc_channel *from, struct uc_channel *to);
 
 int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	if (u->sync && !channel)
 		return uc_fail(EINVAL);
 	int sync = !channel;
-	struct uc_channel *nc = channel ? channel_of(channel) : channel_new(u->dev);
+	struct uc_channel *nc = channel ? live_channel(channel) : channel_new(u->dev);
 	if (!nc)
-		return -1;
+		return channel ? uc_fail(EINVAL) : -1;
 	int err = nc->dev != u->dev ? EINVAL : 0;
 	struct up_cm_migrate_id m = {.id = u->handle, .channel = nc->handle};
 	if (!err)
@@ -557,7 +592,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		move_events(from, nc);
 	/* The events already handed out on the old channel are acknowledged first. */
 	pthread_mutex_lock(&mu);
-	while (u->completed < u->reported)
+	while (u->completed + u->held < u->reported)
 		pthread_cond_wait(&acked, &mu);
 	pthread_mutex_unlock(&mu);
 	if (old)
@@ -690,6 +725,7 @@ static struct uc_event *held_take(struct uc_channel *c)
 			*p = e->held_next;
 			e->held_next = NULL;
 			e->held_by = NULL;
+			e->owner->held--;
 			return e;
 		}
 	}
@@ -703,6 +739,7 @@ static void held_put(struct uc_channel *c, struct uc_event *e)
 		p = &(*p)->held_next;
 	e->held_by = c;
 	e->held_next = NULL;
+	e->owner->held++;
 	*p = e;
 }
 
@@ -720,6 +757,7 @@ static void held_drop(struct uc_channel *c, struct uc_id *u)
 		if ((c && e->held_by == c) || (u && e->owner == u)) {
 			*p = e->held_next;
 			e->held_next = drop;
+			e->owner->held--;
 			drop = e;
 		} else {
 			p = &e->held_next;
@@ -899,7 +937,9 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 {
 	if (!channel || !event)
 		return uc_fail(EINVAL);
-	struct uc_channel *c = channel_of(channel);
+	struct uc_channel *c = live_channel(channel);
+	if (!c)
+		return uc_fail(EBADF);
 	int err = channel_enter(c);
 	if (err)
 		return uc_fail(err);
@@ -956,9 +996,9 @@ static int complete(struct uc_id *u)
 
 int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	struct up_cm_bind b = {.id = u->handle};
 	if (uc_addr_in(addr, &b.addr))
 		return uc_fail(EINVAL);
@@ -979,9 +1019,9 @@ static uint32_t timeout(int ms)
 int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
 		      int timeout_ms)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	struct up_cm_resolve q = {.id = u->handle, .timeout_ms = timeout(timeout_ms)};
 	if (uc_addr_in(dst_addr, &q.dst) || (src_addr && uc_addr_in(src_addr, &q.src)))
 		return uc_fail(EINVAL);
@@ -998,9 +1038,9 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 
 int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	struct up_cm_resolve q = {.id = u->handle, .timeout_ms = timeout(timeout_ms)};
 	struct up_cm_route r;
 	if (id_call(u, UP_OP_CM_RESOLVE_ROUTE, &q, sizeof(q), &r, sizeof(r)))
@@ -1013,9 +1053,9 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	struct up_cm_listen l = {.id = u->handle, .backlog = backlog};
 	return id_call(u, UP_OP_CM_LISTEN, &l, sizeof(l), NULL, 0);
 }
@@ -1079,9 +1119,9 @@ static int fill_connect(struct uc_id *u, struct up_cm_connect *c, const struct r
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	if (valid_param(u, conn_param))
 		return -1;
 	const struct rdma_conn_param *p = conn_param;
@@ -1106,9 +1146,9 @@ static uint8_t min8(uint8_t a, uint8_t b)
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	const struct rdma_conn_param *p = conn_param;
 	if (!id->qp && !p)
 		return uc_fail(EINVAL);
@@ -1140,9 +1180,9 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
-	if (!id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(id);
+	if (!u)
+		return uc_fail(EINVAL);
 	struct up_cm_reject r = {.id = u->handle};
 	if (private_data && private_data_len) {
 		if (private_data_len > sizeof(r.private_data))
@@ -1166,12 +1206,12 @@ int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t pri
 
 int rdma_disconnect(struct rdma_cm_id *id)
 {
-	if (!id || !id->verbs)
+	struct uc_id *u = uc_id(id);
+	if (!u)
 		return uc_fail(EINVAL);
 	/* As librdmacm: the QP stops first, its outstanding work flushed. */
 	if (uc_qp_to_err(id))
 		return -1;
-	struct uc_id *u = uc_id(id);
 	struct up_handle h = {.handle = u->handle};
 	if (id_call(u, UP_OP_CM_DISCONNECT, &h, sizeof(h), NULL, 0))
 		return -1;
@@ -1180,10 +1220,8 @@ int rdma_disconnect(struct rdma_cm_id *id)
 
 int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 {
-	if (!listen || !id)
-		return uc_fail(EINVAL);
 	struct uc_id *u = uc_id(listen);
-	if (!u->sync)
+	if (!u || !id || !u->sync)
 		return uc_fail(EINVAL);
 	if (listen->event) {
 		rdma_ack_cm_event(listen->event);
@@ -1219,12 +1257,13 @@ int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	/* The daemon sees the QP's first packets itself (SPEC.md: ESTABLISHED on the RTU or the first packet). */
 	(void)event;
-	return id ? 0 : uc_fail(EINVAL);
+	return uc_id(id) ? 0 : uc_fail(EINVAL);
 }
 
 int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	if (!id)
+	struct uc_id *u = uc_id(id);
+	if (!u)
 		return uc_fail(EINVAL);
 	if (level != RDMA_OPTION_ID)
 		return uc_fail(ENOSYS);
@@ -1232,7 +1271,7 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 	case RDMA_OPTION_ID_TOS:
 		if (!optval || optlen != sizeof(uint8_t))
 			return uc_fail(EINVAL);
-		uc_id(id)->tos = *(uint8_t *)optval;
+		u->tos = *(uint8_t *)optval;
 		return 0;
 	case RDMA_OPTION_ID_ACK_TIMEOUT:
 		if (!optval || optlen != sizeof(uint8_t))
@@ -1333,17 +1372,19 @@ int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 
 int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
-	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+	struct uc_id *u = uc_id(id);
+	if (!u || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
 		return uc_fail(EINVAL);
-	uc_id(id)->local_ece = *ece;
+	u->local_ece = *ece;
 	return 0;
 }
 
 int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
-	if (!id || id->qp || !ece)
+	struct uc_id *u = uc_id(id);
+	if (!u || id->qp || !ece)
 		return uc_fail(EINVAL);
-	*ece = uc_id(id)->remote_ece;
+	*ece = u->remote_ece;
 	ece->comp_mask = 0;
 	return 0;
 }
@@ -1404,7 +1445,7 @@ err:;
 
 void rdma_destroy_ep(struct rdma_cm_id *id)
 {
-	if (!id)
+	if (!uc_id(id))
 		return;
 	if (id->qp)
 		rdma_destroy_qp(id);

@@ -106,7 +106,7 @@ static int init_conn_qp(struct ibv_qp *qp)
 
 int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
-	if (!id || !attr || id->qp)
+	if (!uc_id(id) || !attr || id->qp)
 		return uc_fail(EINVAL);
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
@@ -171,7 +171,7 @@ err_cqs:;
 
 int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
 {
-	if (!id || !qp_init_attr)
+	if (!uc_id(id) || !qp_init_attr)
 		return uc_fail(EINVAL);
 	/* ibv_qp_init_attr is the head of ibv_qp_init_attr_ex. */
 	struct ibv_qp_init_attr_ex ex;
@@ -186,7 +186,7 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 
 void rdma_destroy_qp(struct rdma_cm_id *id)
 {
-	if (!id)
+	if (!uc_id(id))
 		return;
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
@@ -196,7 +196,7 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 
 int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
-	if (!id || !attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+	if (!uc_id(id) || !attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
 		return uc_fail(EINVAL);
 	if (attr->srq_type != IBV_SRQT_BASIC)
 		return uc_fail(EOPNOTSUPP); /* uroce has no XRC */
@@ -217,7 +217,7 @@ int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 
 int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
-	if (!id || !attr)
+	if (!uc_id(id) || !attr)
 		return uc_fail(EINVAL);
 	/* ibv_srq_init_attr is the head of ibv_srq_init_attr_ex. */
 	struct ibv_srq_init_attr_ex ex;
@@ -233,7 +233,7 @@ int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_ini
 
 void rdma_destroy_srq(struct rdma_cm_id *id)
 {
-	if (!id)
+	if (!uc_id(id))
 		return;
 	if (id->srq)
 		ibv_destroy_srq(id->srq);

@@ -45,8 +45,14 @@ struct uc_dev {
 	struct uc_dev *next;
 };
 
+/* The marks of live objects: a program's destroyed one is found dead (see bury). */
+#define UC_CHANNEL_LIVE 0x6e684375u
+#define UC_ID_LIVE 0x64496375u
+#define UC_DEAD 0xdeadu
+
 struct uc_channel {
 	struct rdma_event_channel ch; /* the program's view */
+	uint32_t magic;
 	uint32_t handle;
 	struct uc_dev *dev;
 	/*
@@ -59,12 +65,17 @@ struct uc_channel {
 
 struct uc_id {
 	struct rdma_cm_id id; /* the program's view */
+	uint32_t magic;
 	uint32_t handle;
 	struct uc_dev *dev;
 	int sync;    /* id.channel is the ID's own: the calls wait for their events */
 	int removed; /* DEVICE_REMOVAL reported */
-	/* Events handed out and acknowledged, for rdma_destroy_id's wait. */
-	unsigned reported, completed;
+	/*
+	 * Events made (handed out, or held for a channel), held, and
+	 * acknowledged: rdma_destroy_id and rdma_migrate_id wait for those
+	 * handed out.
+	 */
+	unsigned reported, held, completed;
 	uint8_t init_depth, resp_res;
 	uint8_t tos;
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep's, for rdma_get_request */
@@ -90,9 +101,11 @@ static inline int uc_fail(int err)
 	return -1;
 }
 
+/* The library's ID behind a program's: NULL for NULL or one destroyed. */
 static inline struct uc_id *uc_id(struct rdma_cm_id *id)
 {
-	return UC_CONTAINER(id, struct uc_id, id);
+	struct uc_id *u = id ? UC_CONTAINER(id, struct uc_id, id) : NULL;
+	return u && u->magic == UC_ID_LIVE ? u : NULL;
 }
 
 void uc_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
