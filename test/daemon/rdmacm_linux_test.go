@@ -3,7 +3,9 @@ package daemon_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -193,4 +195,52 @@ func TestStockRDMACM(t *testing.T) {
 			t.Errorf("rping -s when the daemon stops: %v, want device removal reported:\n%s", err, s.out.String())
 		}
 	})
+}
+
+// TestCMTest runs libverbs/test/cm_test.c, the project's own check of
+// the RDMA CM API (built with the system's gcc and headers, run through
+// uroce's libraries): its server on daemon 0, its client on daemon 1.
+func TestCMTest(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("skipping: needs gcc")
+	}
+	// Nobody runs it: its directory must be theirs to reach.
+	dir, err := os.MkdirTemp("", "uroce-cm-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "cm_test")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, "../../libverbs/test/cm_test.c",
+		"-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Skipf("skipping: building cm_test: %v\n%s", err, out)
+	}
+	n := newNet(t, 1500)
+	s := n.stockTool(0, bin, "-p", "18720")
+	c := n.stockTool(1, bin, "-p", "18720", n.IP[0].String())
+	cerr := c.wait(t, 2*time.Minute)
+	serr := s.wait(t, time.Minute)
+	for _, r := range []struct {
+		who   string
+		err   error
+		out   string
+		cases []string
+	}{
+		{"client", cerr, c.out.String(), []string{"local", "connect", "rejected", "sync"}},
+		{"server", serr, s.out.String(), []string{"connect", "rejected"}},
+	} {
+		if r.err != nil || strings.Contains(r.out, "FAIL") {
+			t.Errorf("cm_test %s: %v\n%s", r.who, r.err, r.out)
+			continue
+		}
+		for _, k := range r.cases {
+			if !strings.Contains(r.out, "ok "+k+"\n") {
+				t.Errorf("cm_test %s: no ok %s:\n%s", r.who, k, r.out)
+			}
+		}
+	}
 }
