@@ -379,7 +379,7 @@ static int channel_closed(struct uc_channel *c)
  * a read of the kernel's rdma_cm file does (rping's event thread while
  * its main thread cleans up and exits).
  */
-static void park(void)
+static void __attribute__((noreturn)) park(void)
 {
 	for (;;)
 		pause();
@@ -900,6 +900,8 @@ static int get_event(struct uc_channel *c, struct rdma_cm_event **event)
 			return 0;
 		}
 		int err = wait_channel(c);
+		if (err && channel_closed(c))
+			park(); /* its fd closed under the wait */
 		if (err) {
 			free(e);
 			return uc_fail(err);
@@ -937,14 +939,18 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 {
 	if (!channel || !event)
 		return uc_fail(EINVAL);
-	struct uc_channel *c = live_channel(channel);
-	if (!c)
+	struct uc_channel *c = channel_of(channel);
+	if (c->magic != UC_CHANNEL_LIVE && c->magic != UC_DEAD)
 		return uc_fail(EBADF);
-	int err = channel_enter(c);
-	if (err)
-		return uc_fail(err);
+	/*
+	 * Destroyed by another thread as this one came back for the next
+	 * event (rping's event thread while its main thread ends): as if it
+	 * had been waiting already.
+	 */
+	if (channel_enter(c))
+		park();
 	int ret = get_event(c, event);
-	err = errno;
+	int err = errno;
 	channel_leave(c);
 	errno = err;
 	return ret;
