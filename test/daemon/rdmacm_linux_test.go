@@ -66,7 +66,8 @@ func short(s string) string {
 
 // TestStockRDMACM: rping (RDMA READ and WRITE over a CM connection,
 // each ping checked), ucmatose (two connections, SENDs both ways; with
-// -m, migrated to new channels), udaddy (UD through SIDR), rdma_server
+// -m, migrated to new channels), cmtime (50 connections at once, a
+// threaded server), udaddy (UD through SIDR), rdma_server
 // and rdma_client (synchronous IDs, rdma_create_ep), perftest's -R, a
 // connection to a port nobody listens on, and a listener whose daemon
 // stops (DEVICE_REMOVAL).
@@ -74,7 +75,7 @@ func TestStockRDMACM(t *testing.T) {
 	if !haveLib {
 		t.Skip("skipping: " + libErr)
 	}
-	for _, tool := range []string{"rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"} {
+	for _, tool := range []string{"rping", "ucmatose", "cmtime", "udaddy", "rdma_server", "rdma_client"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("skipping: %s is not installed (Debian package rdmacm-utils)", tool)
 		}
@@ -128,6 +129,30 @@ func TestStockRDMACM(t *testing.T) {
 			if !strings.Contains(o, "migrating to new event channel") || !strings.Contains(o, "return status 0") {
 				t.Errorf("ucmatose -m: %s", o)
 			}
+		}
+	})
+
+	// Many connections at once, the server's requests accepted and its
+	// disconnections handled by threads of their own (it never exits).
+	t.Run("cmtime", func(t *testing.T) {
+		s := n.stockTool(0, "cmtime", "-p", "7207", "-c", "50")
+		defer func() {
+			s.cmd.Process.Kill()
+			s.wait(t, time.Minute)
+		}()
+		var c *run
+		for tries := 0; tries < 20; tries++ {
+			time.Sleep(300 * time.Millisecond)
+			c = n.stockTool(1, "cmtime", "-s", addr, "-p", "7207", "-c", "50")
+			if err := c.wait(t, 2*time.Minute); err != nil {
+				t.Fatalf("cmtime: %v\n%s", err, c.out.String())
+			}
+			if !strings.Contains(c.out.String(), "REJECTED") {
+				break
+			}
+		}
+		if o := c.out.String(); !regexp.MustCompile(`(?m)^destroy +: `).MatchString(o) || strings.Contains(o, "error") {
+			t.Errorf("cmtime:\n%s", o)
 		}
 	})
 
