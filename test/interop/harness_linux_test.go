@@ -143,7 +143,7 @@ const (
 // script returns the guest's script: every step between markers, clients
 // retried while the connection is refused (uroce's server may not be
 // listening yet): a TCP connection refused, or an RDMA CM connection
-// rejected for want of a listener (rping's "REJECTED, error 8",
+// rejected for want of a listener (see refused: rping's "REJECTED, error 8",
 // ucmatose's "REJECTED, error: 8", udaddy's SIDR "UNREACHABLE, error: 1").
 func (g *group) script() string {
 	var b strings.Builder
@@ -288,8 +288,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		err := cmd.Run()
 		// A stock client gives up at once when the guest's server does
 		// not listen yet (uroce's own tools retry): run it again.
-		for tries := 0; g.stock && !s.guestClient && err != nil && tries < 50 &&
-			strings.Contains(out.String(), "Couldn't connect to "+guestAddr+":"); tries++ {
+		for tries := 0; g.stock && !s.guestClient && s.uroceExit == 0 && err != nil && tries < 50 && refused(out.String()); tries++ {
 			select {
 			case <-sctx.Done():
 			case <-time.After(200 * time.Millisecond):
@@ -571,4 +570,18 @@ func verifySteps(t *testing.T, path string, windows []window) []*findings {
 		out[i].counts = vs[i].Counts
 	}
 	return out
+}
+
+// refused reports whether a stock client's output says the guest's
+// server was not there yet: perftest's and the pingpongs' TCP connect,
+// rping's, ucmatose's and perftest -R's CM rejection ("invalid service
+// ID", 8), udaddy's SIDR answer ("service ID not supported", 1).
+func refused(out string) bool {
+	for _, s := range []string{"Couldn't connect to " + guestAddr + ":", "RDMA_CM_EVENT_REJECTED, error 8",
+		"RDMA_CM_EVENT_REJECTED, error: 8", "RDMA_CM_EVENT_UNREACHABLE, error: 1", "Unexpected CM event bl blka 8"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
 }
