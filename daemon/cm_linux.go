@@ -69,6 +69,24 @@ func (c *cmChannelObj) pop() (proto.CMEvent, bool) {
 	return ev, true
 }
 
+// take removes and returns the queued events of ID h (a listener's
+// connection requests among them).
+func (c *cmChannelObj) take(h uint32) []proto.CMEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []proto.CMEvent
+	keep := c.q[:0]
+	for _, ev := range c.q {
+		if ev.ID == h || ev.Type == proto.CMEventConnectRequest && ev.ListenID == h {
+			out = append(out, ev)
+		} else {
+			keep = append(keep, ev)
+		}
+	}
+	c.q = keep
+	return out
+}
+
 func (c *cmChannelObj) close() error {
 	c.mu.Lock()
 	c.closed, c.q = true, nil
@@ -121,13 +139,14 @@ func (id *cmIDObj) emit(ev *proto.CMEvent) bool {
 		id.mu.Unlock()
 		return false
 	}
+	defer id.mu.Unlock()
 	ev.ID = id.handle
 	if ev.Route == (proto.CMRoute{}) {
 		ev.Route = id.routeLocked()
 	}
-	ch := id.ch
-	id.mu.Unlock()
-	return ch.push(ev)
+	// Pushed under the ID's lock, so that a migration moves either
+	// this event or none (lock order: ID, then channel).
+	return id.ch.push(ev)
 }
 
 func (id *cmIDObj) routeLocked() proto.CMRoute {
@@ -165,7 +184,10 @@ func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
 		if err := ss.room(kindCMChannel); err != nil {
 			return nil, -1, err
 		}
-		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK|unix.EFD_SEMAPHORE)
+		// Not EFD_NONBLOCK: the flag belongs to the file, which the
+		// client shares; its reads block unless it asks otherwise. The
+		// daemon only writes, which blocks only at a count of 2^64-1.
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_SEMAPHORE)
 		if err != nil {
 			return nil, -1, err
 		}
@@ -231,7 +253,16 @@ func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
 			return nil, -1, err
 		}
 		id.mu.Lock()
-		id.ch = ch
+		if old := id.ch; old != ch && old != nil {
+			// The ID's queued events go along (as the kernel's
+			// rdma_migrate_id moves them). The old channel's eventfd
+			// keeps their counts: its reader finds no event (EAGAIN)
+			// and waits again.
+			for _, ev := range old.take(id.handle) {
+				ch.push(&ev)
+			}
+			id.ch = ch
+		}
 		id.mu.Unlock()
 		return nil, -1, nil
 	case proto.OpCMBind:
@@ -397,10 +428,11 @@ func (ss *session) cmResolveAddr(id *cmIDObj, req *proto.CMResolve) (any, int, e
 	}
 	id.src, id.dst, id.sgid, id.bound = netip.AddrPortFrom(saddr, port), dst, sgid, true
 	id.state = cmAddrQuery
-	ctx, cancel := context.WithCancel(context.Background())
-	if req.TimeoutMS > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), time.Duration(req.TimeoutMS)*time.Millisecond)
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout == 0 {
+		timeout = 2 * time.Second
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	id.cancel = cancel
 	r := id.routeLocked()
 	id.mu.Unlock()
@@ -501,10 +533,12 @@ func (ss *session) acceptLoop(ctx context.Context, id *cmIDObj, ln *rdmacm.Liste
 		ev.Route = child.route()
 		ev.ID = child.handle
 		id.mu.Lock()
-		gone := id.destroyed
-		ch := id.ch
+		child.mu.Lock()
+		child.ch = id.ch // the listener's channel, now: it may have migrated
+		child.mu.Unlock()
+		queued := !id.destroyed && id.ch.push(&ev)
 		id.mu.Unlock()
-		if gone || !ch.push(&ev) {
+		if !queued {
 			ss.mu.Lock()
 			delete(ss.objs, child.handle)
 			ss.count[kindCMID]--

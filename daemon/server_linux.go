@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -111,6 +112,12 @@ func Listen(cfg Config) (*Server, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, gid: -1, log: cfg.Log, sessions: map[*session]struct{}{}, start: time.Now()}
+	// The device answers connection requests from the start, as an RNIC
+	// does, whether or not a client uses RDMA CM yet (a REQ for a port
+	// nobody listens on is then refused at once, not left to time out).
+	if _, err := rdmacm.AgentFor(cfg.Device); err != nil {
+		s.log.Warn("rdma cm: no agent on the device; connection requests go unanswered", "err", err)
+	}
 	if cfg.Group != "" {
 		g, err := user.LookupGroup(cfg.Group)
 		if err != nil {

@@ -32,8 +32,11 @@ type Config struct {
 }
 
 const (
-	sendSlots = 64
-	recvSlots = 64
+	// QP1's queues: a burst of connection requests (cmtime's 200 at
+	// once) must find receives posted, or its REQs wait for their
+	// retransmission; the kernel's MAD layer posts 512.
+	sendSlots = 128
+	recvSlots = 512
 	grhLen    = 40
 	recvLen   = grhLen + mad.Len
 	recvBit   = 1 << 32
