@@ -48,6 +48,11 @@ func cmaStep(stock, ours, opts string, guestClient bool) step {
 			if !strings.Contains(out, "data transfers complete\n") || !strings.Contains(out, "return status 0\n") {
 				t.Errorf("%s: %s did not complete:\n%s", name, who, out)
 			}
+			// A request acted on twice (a duplicate REQ taken for a
+			// new connection) would be one too many for the server.
+			if strings.Contains(out, "failing connection request") {
+				t.Errorf("%s: %s refused a connection request:\n%s", name, who, out)
+			}
 		}
 		if stock == "ucmatose" {
 			server := u
@@ -82,4 +87,31 @@ func cmaNoListener(stock string, ours []string, want string, status int) step {
 			}
 		},
 	}
+}
+
+// TestCMLoss loses 20 % of the frames each way, CM MADs among them:
+// netem in the guest, uroce's fault injection on its side. Connections
+// (RC through REQ/REP/RTU, UD through SIDR) still come up, once each,
+// and their traffic completes: the lost MADs are resent, duplicates
+// answered, not acted on twice.
+func TestCMLoss(t *testing.T) {
+	t.Parallel()
+	var steps []step
+	// rping only with uroce as the client: the guest's client sends its
+	// DREQ once, as its process ends (the kernel then destroys the ID and
+	// stops resending), so a lost one leaves any rping server, the stock
+	// one too, waiting for the disconnection for good. ucmatose's server
+	// disconnects, and both CMs resend their DREQs.
+	for _, s := range []step{
+		cmaStep("ucmatose", "cmatose", "-c 3 -C 5 -S 100", false),
+		cmaStep("ucmatose", "cmatose", "-c 3 -C 5 -S 100", true),
+		rpingStep(64, false),
+	} {
+		s.name += "-loss"
+		s.uroce = append(s.uroce, "--drop", "0.2", "--fault-seed", "11")
+		s.capture = lossCapture
+		steps = append(steps, s)
+	}
+	g := group{mtu: 1500, netem: "loss 20%", pcap: "cm-loss.pcap", stepTimeout: 180e9, steps: steps}
+	g.run(t)
 }
