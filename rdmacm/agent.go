@@ -389,6 +389,14 @@ func (a *Agent) dispatch(e *cm.Event) {
 		// rdma_cm does before it reports ESTABLISHED).
 		w.rep = *e.REP
 		w.priv = e.PrivateData
+		if w.manual {
+			// The application moves its QP, then calls Establish.
+			if w.replied != nil {
+				close(w.replied)
+				w.replied = nil
+			}
+			return
+		}
 		if err := w.ready(a.dev, cm.QPAttrsFor(true, e.REQ, e.REP)); err != nil {
 			a.m.Reject(now, e.ID, mad.RejConsumer, nil, nil)
 			w.finish(*e, err)
@@ -400,7 +408,9 @@ func (a *Agent) dispatch(e *cm.Event) {
 	case cm.EventDisconnectRequest:
 		// The peer disconnects: flush the QP's work, answer, tell the
 		// application.
-		w.qp.ToErr()
+		if w.qp != nil {
+			w.qp.ToErr()
+		}
 		a.m.Disconnect(now, e.ID, nil)
 		w.finish(*e, nil)
 		delete(a.waiters, e.ID)

@@ -45,7 +45,9 @@ func (e *RejectError) Unwrap() error { return ErrRejected }
 // waiter is the agent's view of one connection an application
 // goroutine waits on.
 type waiter struct {
-	qp       *stack.QP
+	qp       *stack.QP // nil: the application moves its QP (manual)
+	manual   bool
+	replied  chan struct{} // manual, active: closed when the REP came
 	sgid     int
 	peer     netip.Addr
 	rep      mad.REPFields
@@ -315,7 +317,7 @@ func (p *Answering) Wait() (*Conn, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("accept: %w", err)
 	}
-	return &Conn{a: a, id: r.id, w: w, qp: p.q, Local: r.Local, Remote: r.Remote,
+	return &Conn{a: a, id: r.id, w: w, qp: p.q, manual: p.q == nil, Local: r.Local, Remote: r.Remote,
 		PrivateData: r.PrivateData}, nil
 }
 
@@ -378,12 +380,13 @@ func Dial(ctx context.Context, dev *stack.Device, pd *stack.PD, addr netip.AddrP
 	return a.Dial(ctx, pd, addr, init, priv, DialOptions{})
 }
 
-// Dial is the package's Dial on this agent's device, with options.
-func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, init stack.QPInit, priv []byte, o DialOptions) (*Conn, error) {
-	to := addr.Addr().Unmap()
+// buildREQ builds the REQ of a connection to port at to, with priv
+// after the addressing header; it returns the local address and the
+// source GID's index too.
+func (a *Agent) buildREQ(to netip.Addr, port uint16, priv []byte, o *DialOptions) (mad.REQFields, netip.AddrPort, int, error) {
 	sgid, src, err := sourceGID(a.dev, to, o.Source.Addr())
 	if err != nil {
-		return nil, fmt.Errorf("dial %v: %w", addr, err)
+		return mad.REQFields{}, netip.AddrPort{}, 0, err
 	}
 	sport := o.Source.Port()
 	if sport == 0 {
@@ -400,13 +403,23 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 		retry, rnr = min(o.RetryCount, 7), min(o.RNRRetryCount, 7)
 	}
 	local := netip.AddrPortFrom(src, sport)
-	req := mad.REQFields{ServiceID: ServiceID(addr.Port()), ResponderResources: o.ResponderResources,
+	req := mad.REQFields{ServiceID: ServiceID(port), ResponderResources: o.ResponderResources,
 		InitiatorDepth: o.InitiatorDepth, RemoteCMResponseTimeout: a.cfg.ResponseTimeout,
 		LocalCMResponseTimeout: a.cfg.ResponseTimeout, TransportType: mad.TransportRC, RetryCount: retry,
 		PKey: 0xffff, PathMTU: mad.MTU(a.dev.Query().ActiveMTU), RNRRetryCount: rnr, MaxCMRetries: a.cfg.MaxRetries,
 		Primary: mad.PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: to,
 			HopLimit: 64, LocalACKTimeout: 19}}
-	if err := requestData(req.PrivateData[:], local, netip.AddrPortFrom(to, addr.Port()), priv); err != nil {
+	if err := requestData(req.PrivateData[:], local, netip.AddrPortFrom(to, port), priv); err != nil {
+		return mad.REQFields{}, netip.AddrPort{}, 0, err
+	}
+	return req, local, sgid, nil
+}
+
+// Dial is the package's Dial on this agent's device, with options.
+func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, init stack.QPInit, priv []byte, o DialOptions) (*Conn, error) {
+	to := addr.Addr().Unmap()
+	req, local, sgid, err := a.buildREQ(to, addr.Port(), priv, &o)
+	if err != nil {
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
 	q, own := o.QP, o.QP == nil
@@ -472,11 +485,13 @@ func (a *Agent) Dial(ctx context.Context, pd *stack.PD, addr netip.AddrPort, ini
 // Conn is an established connection: its QP is in RTS, connected to the
 // peer's.
 type Conn struct {
-	a     *Agent
-	id    cm.ID
-	w     *waiter
-	qp    *stack.QP
-	ownQP bool
+	a      *Agent
+	id     cm.ID
+	w      *waiter
+	qp     *stack.QP // nil when manual
+	ownQP  bool
+	manual bool
+	attrs  QPAttrs // manual
 	once  sync.Once
 	// Local and Remote are the connection's addresses.
 	Local, Remote netip.AddrPort
@@ -511,7 +526,9 @@ func (c *Conn) Close() error {
 		// The DREP answering a peer's DREQ may still be queued on QP1:
 		// let it go out before the caller closes the device.
 		a.drainSends(drainWait)
-		c.qp.ToErr()
+		if c.qp != nil {
+			c.qp.ToErr()
+		}
 		if c.ownQP {
 			c.qp.Destroy()
 		}
