@@ -492,7 +492,7 @@ type Conn struct {
 	ownQP  bool
 	manual bool
 	attrs  QPAttrs // manual
-	once  sync.Once
+	once   sync.Once
 	// Local and Remote are the connection's addresses.
 	Local, Remote netip.AddrPort
 	// PrivateData is the peer's: the REP's (Dial) or the REQ's after
