@@ -105,6 +105,7 @@ const (
 	cmListening
 	cmConnecting // connect sent, or request accepted
 	cmRequest    // a connection request waits for accept or reject
+	cmReplied    // manual, active: the REP came, the client moves its QP, then establishes
 	cmConnected
 	cmDisconnected
 )
@@ -129,7 +130,12 @@ type cmIDObj struct {
 	ln        *rdmacm.Listener
 	req       *rdmacm.ConnRequest
 	conn      *rdmacm.Conn
-	qp        *stack.QP
+	qp        *stack.QP // nil: the client moves its QP itself (manual)
+	// Manual connections: the PSN the REQ or REP names, and the QP's
+	// attributes once known (CMInitQPAttr).
+	manual bool
+	psn    stack.PSN
+	attrs  *rdmacm.QPAttrs
 }
 
 // emit queues an event of the ID on its channel, unless the ID is gone.
@@ -349,6 +355,33 @@ func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
 			return nil, -1, err
 		}
 		return nil, -1, ss.cmDisconnect(id)
+	case proto.OpCMInitQPAttr:
+		var req proto.CMInitQPAttr
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.ID)
+		if err != nil {
+			return nil, -1, err
+		}
+		return id.initQPAttr(req.State)
+	case proto.OpCMEstablish:
+		var req proto.Handle
+		proto.Unmarshal(body, &req)
+		id, err := get[*cmIDObj](ss, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		id.mu.Lock()
+		c := id.conn
+		if id.state != cmReplied || c == nil {
+			id.mu.Unlock()
+			return nil, -1, errnoErr{unix.EINVAL, "establish: no connect response to complete"}
+		}
+		id.state = cmConnected
+		id.mu.Unlock()
+		if err := c.Establish(); err != nil {
+			return nil, -1, errnoErr{unix.EINVAL, err.Error()}
+		}
+		return nil, -1, nil
 	case proto.OpCMGetEvent:
 		var req proto.Handle
 		proto.Unmarshal(body, &req)
@@ -523,6 +556,7 @@ func (ss *session) acceptLoop(ctx context.Context, id *cmIDObj, ln *rdmacm.Liste
 		child := &cmIDObj{ss: ss, ps: id.ps, qpType: id.qpType, ch: id.channel(), state: cmRequest, req: r,
 			src: r.Local, dst: r.Remote, bound: true}
 		child.sgid, _, _ = rdmacm.SourceFor(d, r.Remote.Addr(), r.Local.Addr())
+		child.psn = randPSN()
 		child.handle, _ = ss.add(kindCMID, child)
 		ev := proto.CMEvent{Type: proto.CMEventConnectRequest, ListenID: id.handle}
 		ev.Param.ResponderResources, ev.Param.InitiatorDepth = r.Offer()
@@ -591,7 +625,12 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := checkCMQP(id, q); err != nil {
+	manual := req.QP == 0 && id.qpType == proto.QPTypeRC
+	if manual {
+		if q.typ != stack.RC {
+			return errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("connect: qp 0x%x is not RC", q.q.QPN())}
+		}
+	} else if err := checkCMQP(id, q); err != nil {
 		return err
 	}
 	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxDialData
@@ -608,11 +647,26 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	id.state, id.cancel, id.qp, id.tried = cmConnecting, cancel, q.q, true
+	if manual {
+		id.qp, id.psn, id.manual = nil, randPSN(), true
+	}
+	psn := id.psn
 	dst, o := id.dst, rdmacm.DialOptions{Source: id.src, QP: q.q, ResponderResources: req.Param.ResponderResources,
 		InitiatorDepth: req.Param.InitiatorDepth, RetryCount: req.Param.RetryCount,
 		RNRRetryCount: req.Param.RNRRetryCount, SetRetry: true}
 	id.mu.Unlock()
 	priv := append([]byte(nil), req.Param.PrivateData[:n]...)
+	if manual {
+		// The client moves its QP: CONNECT_RESPONSE when the REP
+		// comes, the RTU when it establishes.
+		qpn := q.q.QPN()
+		go func() {
+			c, err := a.DialManual(ctx, qpn, psn, dst, priv, o)
+			cancel()
+			ss.connected(id, c, err)
+		}()
+		return nil
+	}
 	if id.qpType == proto.QPTypeUD {
 		go func() {
 			peer, err := a.ResolveUD(ctx, dst, priv, o)
@@ -636,7 +690,12 @@ func (ss *session) cmAccept(id *cmIDObj, req *proto.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := checkCMQP(id, q); err != nil {
+	manual := req.QP == 0 && id.qpType == proto.QPTypeRC
+	if manual {
+		if q.typ != stack.RC {
+			return errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("accept: qp 0x%x is not RC", q.q.QPN())}
+		}
+	} else if err := checkCMQP(id, q); err != nil {
 		return err
 	}
 	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxAcceptData
@@ -668,9 +727,22 @@ func (ss *session) cmAccept(id *cmIDObj, req *proto.CMConnect) error {
 		return nil
 	}
 	id.state, id.req, id.qp, id.tried = cmConnecting, nil, q.q, true
+	psn := id.psn
+	if manual {
+		id.qp, id.manual = nil, true
+		if at, err := r.QPAttrs(psn); err == nil {
+			id.attrs = &at
+		}
+	}
 	id.mu.Unlock()
-	p, err := r.Answer(q.q, req.Param.PrivateData[:n], rdmacm.AcceptOptions{
-		ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth})
+	opts := rdmacm.AcceptOptions{ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth}
+	var p *rdmacm.Answering
+	if manual {
+		// The client moved its QP to RTS with CMInitQPAttr's values.
+		p, err = r.AnswerManual(q.q.QPN(), psn, req.Param.PrivateData[:n], opts)
+	} else {
+		p, err = r.Answer(q.q, req.Param.PrivateData[:n], opts)
+	}
 	if err != nil {
 		id.mu.Lock()
 		id.state = cmIdle
@@ -702,6 +774,14 @@ func (ss *session) connected(id *cmIDObj, c *rdmacm.Conn, err error) {
 	if err == nil {
 		id.conn, id.state = c, cmConnected
 		ev.Param.PrivateDataLen = uint8(copy(ev.Param.PrivateData[:], c.PrivateData))
+		if id.manual && c.QPAttrs().DestQPN != 0 { // the active side's (a passive one has none)
+			// Manual and active: the client moves its QP, then
+			// establishes (rdma_establish sends the RTU).
+			at := c.QPAttrs()
+			id.attrs, id.state = &at, cmReplied
+			ev.Type = proto.CMEventConnectResponse
+			ev.Param.ResponderResources, ev.Param.InitiatorDepth = at.MaxDestRdAtomic, at.MaxRdAtomic
+		}
 	} else {
 		id.state = cmIdle
 		var rej *rdmacm.RejectError
@@ -836,6 +916,79 @@ func cmAddrTo(ap netip.AddrPort) proto.CMAddr {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func randPSN() stack.PSN { return stack.PSN(rand.Uint32() & 0xffffff) }
+
+// ibv_qp_attr_mask bits.
+const (
+	maskState         = 1 << 0
+	maskAccessFlags   = 1 << 3
+	maskPKeyIndex     = 1 << 4
+	maskPort          = 1 << 5
+	maskQKey          = 1 << 6
+	maskAV            = 1 << 7
+	maskPathMTU       = 1 << 8
+	maskTimeout       = 1 << 9
+	maskRetryCnt      = 1 << 10
+	maskRNRRetry      = 1 << 11
+	maskRQPSN         = 1 << 12
+	maskMaxQPRdAtomic = 1 << 13
+	maskMinRNRTimer   = 1 << 15
+	maskSQPSN         = 1 << 16
+	maskMaxDestRdAtom = 1 << 17
+	maskDestQPN       = 1 << 20
+	udpQKey           = 0x01234567 // RDMA_UDP_QKEY
+	accessRemote      = 2 | 4 | 8  // IBV_ACCESS_REMOTE_WRITE, _READ, _ATOMIC
+	qpStateInit       = 1
+	qpStateRTR        = 2
+	qpStateRTS        = 3
+)
+
+// initQPAttr answers rdma_init_qp_attr: INIT at any time, RTR and RTS
+// once the CM exchange gave them (a connection request, or the REP of
+// a connect whose QP the client moves).
+func (id *cmIDObj) initQPAttr(state uint32) (any, int, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	r := proto.CMQPAttr{Attr: proto.QPAttr{State: state, Port: 1}}
+	if state == qpStateInit {
+		r.Mask = maskState | maskPKeyIndex | maskPort
+		if id.qpType == proto.QPTypeUD {
+			r.Mask |= maskQKey
+			r.Attr.QKey = udpQKey
+		} else {
+			r.Mask |= maskAccessFlags
+			r.Attr.AccessFlags = accessRemote
+		}
+		return &r, -1, nil
+	}
+	at := id.attrs
+	if at == nil && id.state == cmRequest && id.req != nil {
+		a, err := id.req.QPAttrs(id.psn)
+		if err != nil {
+			return nil, -1, errnoErr{unix.EINVAL, err.Error()}
+		}
+		at = &a
+	}
+	if at == nil || id.qpType != proto.QPTypeRC {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("init qp attr: state %d not known before the connection's exchange", state)}
+	}
+	switch state {
+	case qpStateRTR:
+		r.Mask = maskState | maskAV | maskPathMTU | maskDestQPN | maskRQPSN | maskMaxDestRdAtom | maskMinRNRTimer
+		r.Attr.PathMTU, r.Attr.DestQPN, r.Attr.RQPSN = uint32(at.MTU), at.DestQPN, uint32(at.RQPSN)
+		r.Attr.MaxDestRdAtomic, r.Attr.MinRNRTimer = at.MaxDestRdAtomic, 12
+		r.Attr.AH = proto.AHAttr{DGID: at.Peer.As16(), SGIDIndex: uint8(at.SGIDIndex), HopLimit: 64, IsGlobal: 1,
+			Port: 1, DMAC: id.dmac}
+	case qpStateRTS:
+		r.Mask = maskState | maskTimeout | maskRetryCnt | maskRNRRetry | maskSQPSN | maskMaxQPRdAtomic
+		r.Attr.Timeout, r.Attr.RetryCnt, r.Attr.RNRRetry = at.Timeout, at.RetryCnt, at.RNRRetry
+		r.Attr.SQPSN, r.Attr.MaxRdAtomic = uint32(at.SQPSN), at.MaxRdAtomic
+	default:
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("init qp attr: state %d", state)}
+	}
+	return &r, -1, nil
+}
 
 func b2u8(b bool) uint8 {
 	if b {

@@ -214,7 +214,8 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 
 	case proto.OpCMCreateChannel, proto.OpCMDestroyChannel, proto.OpCMCreateID, proto.OpCMDestroyID,
 		proto.OpCMMigrateID, proto.OpCMBind, proto.OpCMResolveAddr, proto.OpCMResolveRoute, proto.OpCMListen,
-		proto.OpCMConnect, proto.OpCMAccept, proto.OpCMReject, proto.OpCMDisconnect, proto.OpCMGetEvent:
+		proto.OpCMConnect, proto.OpCMAccept, proto.OpCMReject, proto.OpCMDisconnect, proto.OpCMGetEvent,
+		proto.OpCMInitQPAttr, proto.OpCMEstablish:
 		return ss.handleCM(h, body)
 
 	case proto.OpStat:

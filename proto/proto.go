@@ -84,6 +84,8 @@ const (
 	OpCMReject
 	OpCMDisconnect
 	OpCMGetEvent
+	OpCMInitQPAttr
+	OpCMEstablish
 	opEnd
 )
 
@@ -107,7 +109,8 @@ var opNames = map[Op]string{
 	OpCMCreateID: "cm create id", OpCMDestroyID: "cm destroy id", OpCMMigrateID: "cm migrate id",
 	OpCMBind: "cm bind", OpCMResolveAddr: "cm resolve addr", OpCMResolveRoute: "cm resolve route",
 	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
-	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpEventDeviceGone: "device gone", OpEventAsync: "async event",
+	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpCMInitQPAttr: "cm init qp attr",
+	OpCMEstablish: "cm establish", OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
 func (o Op) String() string {
@@ -546,18 +549,19 @@ const (
 
 // RDMA CM event types (rdma_cm_event_type).
 const (
-	CMEventAddrResolved   = 0
-	CMEventAddrError      = 1
-	CMEventRouteResolved  = 2
-	CMEventRouteError     = 3
-	CMEventConnectRequest = 4
-	CMEventConnectError   = 6
-	CMEventUnreachable    = 7
-	CMEventRejected       = 8
-	CMEventEstablished    = 9
-	CMEventDisconnected   = 10
-	CMEventDeviceRemoval  = 11
-	CMEventTimewaitExit   = 15
+	CMEventAddrResolved    = 0
+	CMEventAddrError       = 1
+	CMEventRouteResolved   = 2
+	CMEventRouteError      = 3
+	CMEventConnectRequest  = 4
+	CMEventConnectResponse = 5
+	CMEventConnectError    = 6
+	CMEventUnreachable     = 7
+	CMEventRejected        = 8
+	CMEventEstablished     = 9
+	CMEventDisconnected    = 10
+	CMEventDeviceRemoval   = 11
+	CMEventTimewaitExit    = 15
 )
 
 // Address families of CMAddr.
@@ -671,4 +675,19 @@ type CMEvent struct {
 	Param    CMConnParam
 	Route    CMRoute // CONNECT_REQUEST: the new ID's; others: the ID's now
 	AH       AHAttr  // UD (SIDR): the peer's address
+}
+
+// CMInitQPAttr asks which attributes the QP of an ID takes to reach
+// State (rdma_init_qp_attr): for a QP the client moves itself.
+type CMInitQPAttr struct {
+	ID    uint32
+	State uint32 // ibv_qp_state: 1 INIT, 2 RTR, 3 RTS
+}
+
+// CMQPAttr answers CMInitQPAttr: the attributes and their
+// ibv_qp_attr_mask.
+type CMQPAttr struct {
+	Mask uint32
+	Pad  uint32
+	Attr QPAttr
 }

@@ -21,7 +21,7 @@ func TestBodySizes(t *testing.T) {
 		{DeviceAttr{}, 176}, {PortAttr{}, 52},
 		{CMAddr{}, 24}, {CMCreateID{}, 16}, {CMMigrateID{}, 8}, {CMBind{}, 32}, {CMResolve{}, 56},
 		{CMRoute{}, 96}, {CMListen{}, 8}, {CMConnParam{}, 216}, {CMConnect{}, 224}, {CMReject{}, 156},
-		{CMEvent{}, 364},
+		{CMEvent{}, 364}, {CMInitQPAttr{}, 8}, {CMQPAttr{}, 92},
 	} {
 		if n := binary.Size(c.v); n != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, n, c.size)

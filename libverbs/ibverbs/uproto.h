@@ -62,6 +62,8 @@ enum {
 	UP_OP_CM_REJECT,
 	UP_OP_CM_DISCONNECT,
 	UP_OP_CM_GET_EVENT,
+	UP_OP_CM_INIT_QP_ATTR,
+	UP_OP_CM_ESTABLISH,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -581,6 +583,19 @@ struct up_cm_event {
 	struct up_ah_attr ah;
 } UP_PACKED;
 
+struct up_cm_init_qp_attr {
+	uint32_t id;
+	uint32_t state; /* enum ibv_qp_state */
+} UP_PACKED;
+
+struct up_cm_qp_attr {
+	uint32_t mask; /* enum ibv_qp_attr_mask */
+	uint32_t pad;
+	struct up_qp_attr attr;
+} UP_PACKED;
+
+_Static_assert(sizeof(struct up_cm_init_qp_attr) == 8, "CMInitQPAttr");
+_Static_assert(sizeof(struct up_cm_qp_attr) == 92, "CMQPAttr");
 _Static_assert(sizeof(struct up_cm_addr) == 24, "CMAddr");
 _Static_assert(sizeof(struct up_cm_create_id) == 16, "CMCreateID");
 _Static_assert(sizeof(struct up_cm_migrate_id) == 8, "CMMigrateID");

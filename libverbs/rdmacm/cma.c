@@ -11,9 +11,10 @@
  * wait for acknowledgements in rdma_destroy_id, the QPs of
  * rdma_create_qp, and DEVICE_REMOVAL when the daemon goes away.
  *
- * The daemon moves a connected ID's QP to RTR and RTS itself, so
- * rdma_init_qp_attr and rdma_establish (for programs that move their
- * QPs themselves) are not there yet: ENOSYS.
+ * The daemon moves the QP of an ID (id->qp) to RTR and RTS itself. A
+ * program that connects or accepts without id->qp moves its QP with
+ * rdma_init_qp_attr's values, and after CONNECT_RESPONSE calls
+ * rdma_establish for the RTU.
  *
  * This file: devices, channels, IDs and events. UROCE_DEBUG=1 prints what
  * goes wrong on stderr.
@@ -1295,15 +1296,58 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 
 int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
-	/* The daemon moves a connected ID's QP itself. */
-	(void)id, (void)qp_attr, (void)qp_attr_mask;
-	return uc_fail(ENOSYS);
+	/*
+	 * For a QP the program moves itself (rdma_connect or rdma_accept of
+	 * an ID without id->qp): the daemon knows the values of the CM
+	 * exchange; INIT's at any time, RTR's and RTS's once the request or
+	 * the reply came.
+	 */
+	struct uc_id *u = uc_id(id);
+	if (!u || !qp_attr || !qp_attr_mask)
+		return uc_fail(EINVAL);
+	struct up_cm_init_qp_attr req = {.id = u->handle, .state = qp_attr->qp_state};
+	struct up_cm_qp_attr r;
+	if (id_call(u, UP_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &r, sizeof(r)))
+		return -1;
+	const struct up_qp_attr *a = &r.attr;
+	memset(qp_attr, 0, sizeof(*qp_attr));
+	qp_attr->qp_state = a->state;
+	qp_attr->path_mtu = a->path_mtu;
+	qp_attr->qkey = a->qkey;
+	qp_attr->rq_psn = a->rq_psn;
+	qp_attr->sq_psn = a->sq_psn;
+	qp_attr->dest_qp_num = a->dest_qpn;
+	qp_attr->qp_access_flags = a->access_flags;
+	qp_attr->pkey_index = a->pkey_index;
+	qp_attr->port_num = a->port;
+	qp_attr->timeout = a->timeout;
+	qp_attr->retry_cnt = a->retry_cnt;
+	qp_attr->rnr_retry = a->rnr_retry;
+	qp_attr->max_rd_atomic = a->max_rd_atomic;
+	qp_attr->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	qp_attr->min_rnr_timer = a->min_rnr_timer;
+	struct ibv_ah_attr *ah = &qp_attr->ah_attr;
+	memcpy(ah->grh.dgid.raw, a->ah.dgid, sizeof(ah->grh.dgid.raw));
+	ah->grh.flow_label = a->ah.flow_label;
+	ah->grh.sgid_index = a->ah.sgid_index;
+	ah->grh.hop_limit = a->ah.hop_limit;
+	ah->grh.traffic_class = u->tos;
+	ah->is_global = a->ah.is_global;
+	ah->dlid = a->ah.dlid;
+	ah->sl = a->ah.sl;
+	ah->port_num = a->ah.port;
+	*qp_attr_mask = (int)r.mask;
+	return 0;
 }
 
 int rdma_establish(struct rdma_cm_id *id)
 {
-	(void)id;
-	return uc_fail(ENOSYS);
+	/* After CONNECT_RESPONSE, the program's QP in RTS: the daemon sends the RTU. */
+	struct uc_id *u = uc_id(id);
+	if (!u || id->qp)
+		return uc_fail(EINVAL);
+	struct up_handle h = {.handle = u->handle};
+	return id_call(u, UP_OP_CM_ESTABLISH, &h, sizeof(h), NULL, 0);
 }
 
 static __be16 port_of(const struct sockaddr *sa)

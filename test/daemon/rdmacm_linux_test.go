@@ -65,7 +65,7 @@ func short(s string) string {
 }
 
 // TestStockRDMACM: rping (RDMA READ and WRITE over a CM connection,
-// each ping checked), ucmatose (two connections, SENDs both ways; with
+// each ping checked; also -q, QPs the program moves itself), ucmatose (two connections, SENDs both ways; with
 // -m, migrated to new channels), cmtime (50 connections at once, a
 // threaded server), udaddy (UD through SIDR), rdma_server
 // and rdma_client (synchronous IDs, rdma_create_ep), perftest's -R, a
@@ -84,10 +84,17 @@ func TestStockRDMACM(t *testing.T) {
 	addr := n.IP[0].String()
 	const refused = "REJECTED"
 
+	// rping, and rping -q: QPs the program creates and moves itself
+	// (rdma_init_qp_attr, CONNECT_RESPONSE, rdma_establish).
 	t.Run("rping", func(t *testing.T) {
-		for _, size := range []string{"64", "4000"} {
-			s, c := n.cmPair(t, []string{"rping", "-s", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"},
-				[]string{"rping", "-c", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"}, refused)
+		for _, c := range []struct{ size, q string }{{"64", ""}, {"4000", ""}, {"100", "-q"}} {
+			size := c.size
+			sargs := []string{"rping", "-s", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"}
+			cargs := []string{"rping", "-c", "-a", addr, "-p", "7201", "-C", "10", "-S", size, "-v", "-V"}
+			if c.q != "" {
+				sargs, cargs = append(sargs, c.q), append(cargs, c.q)
+			}
+			s, c := n.cmPair(t, sargs, cargs, refused)
 			// stderr's line may land in the middle of stdout's.
 			out := strings.Replace(c.out.String(), "client DISCONNECT EVENT...\n", "", 1)
 			m := rpingLineRE.FindAllStringSubmatch(out, -1)

@@ -9,7 +9,8 @@ import (
 // TestLibRDMACM runs the stock librdmacm programs of Debian's
 // rdmacm-utils and perftest's -R on the host, unmodified, through uroce's
 // librdmacm.so.1 and libibverbs.so.1 and the daemon (`uroce run`),
-// against the same programs on rdma_rxe, both roles: rping (verified),
+// against the same programs on rdma_rxe, both roles: rping (verified;
+// also -q, QPs the programs move themselves),
 // ucmatose with several connections, udaddy (UD through SIDR),
 // ib_write_bw/ib_read_bw/ib_send_bw -R, and a port nobody listens on.
 // Like TestLibverbs it runs alone.
@@ -24,7 +25,7 @@ import (
 func TestLibRDMACM(t *testing.T) {
 	var steps []step
 	for _, gc := range []bool{false, true} {
-		steps = append(steps, libRping(100, gc), libRping(65535, gc),
+		steps = append(steps, libRping(100, gc), libRping(65535, gc), libRpingQ(gc),
 			libCma("ucmatose", "-c 3 -C 20 -S 1000", gc),
 			libCma("udaddy", "-c 2 -C 10 -S 1000", gc))
 	}
@@ -55,6 +56,22 @@ func libRping(size int, guestClient bool) step {
 		s.uroce = splitArgs("stdbuf -oL rping -s " + opts)
 	} else {
 		s.uroce = splitArgs("stdbuf -oL rping -c " + opts + " -a") // the harness adds the guest's address
+	}
+	return s
+}
+
+// libRpingQ is libRping with -q on both sides: each creates its QP
+// itself and moves it with rdma_init_qp_attr's values; the client sends
+// the RTU with rdma_establish after CONNECT_RESPONSE.
+func libRpingQ(guestClient bool) step {
+	s := libRping(100, guestClient)
+	s.name += "-q"
+	s.guest = strings.Replace(strings.Replace(s.guest, "rping -c ", "rping -c -q ", 1), "rping -s ", "rping -s -q ", 1)
+	for i, a := range s.uroce {
+		if a == "rping" {
+			s.uroce = append(append(append([]string{}, s.uroce[:i+1]...), "-q"), s.uroce[i+1:]...)
+			break
+		}
 	}
 	return s
 }
