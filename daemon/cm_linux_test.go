@@ -106,6 +106,10 @@ func TestDaemonCM(t *testing.T) {
 	if !errors.As(err, &rej) || rej.Reason != mad.RejInvalidServiceID {
 		t.Fatalf("dial to a port nobody listens on: %v", err)
 	}
+	// uroce stat shows the CM's counters.
+	if cmb := p.sb.Stats(0).Device.CM; cmb["cm_no_listener"] != 1 || cmb["cm_mads_received"] < 4 || cmb["cm_mads_sent"] < 3 {
+		t.Errorf("the listening daemon's CM counters: %v", cmb)
+	}
 	// A rejected request is rejected on the dialling side.
 	go func() {
 		r, err := ln.Accept(ctx)

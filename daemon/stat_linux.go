@@ -7,6 +7,7 @@ import (
 
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -15,6 +16,9 @@ func (s *Server) Stats(qpn uint32) proto.Stat {
 	c := s.cfg.Device.Counters()
 	st := proto.Stat{Device: proto.DeviceStat{Name: s.cfg.Name, Netdev: s.cfg.Netdev, Counters: c.Map()}, Sessions: []proto.SessionStat{}, QPs: []proto.QPStat{}}
 	st.Device.Uptime = sinceSeconds(s.start)
+	if a, err := rdmacm.AgentFor(s.cfg.Device); err == nil {
+		st.Device.CM = a.CounterMap()
+	}
 	for _, ss := range s.snapshot() {
 		ss.mu.RLock()
 		se := proto.SessionStat{ID: ss.id, PID: ss.pid, UID: ss.uid, Comm: ss.comm, Objects: map[string]int{}, MRBytes: ss.mrBytes}

@@ -13,6 +13,8 @@ type DeviceStat struct {
 	Netdev   string            `json:"netdev"`
 	Uptime   float64           `json:"uptime_seconds"`
 	Counters map[string]uint64 `json:"counters"`
+	// CM counts what the device's RDMA CM agent did (cm_* names).
+	CM map[string]uint64 `json:"cm,omitempty"`
 }
 
 // SessionStat is one client.

@@ -171,6 +171,20 @@ func (a *Agent) Close() error {
 // CM's retries make up for them).
 func (a *Agent) SendDrops() uint64 { return a.sendDrops.Load() }
 
+// CounterMap returns the agent's counters by name, as uroce stat shows
+// them: the state machine's, the connections it holds and the MADs it
+// could not send.
+func (a *Agent) CounterMap() map[string]uint64 {
+	a.mu.Lock()
+	c, n := a.m.Counters(), a.m.Len()
+	a.mu.Unlock()
+	return map[string]uint64{"cm_mads_received": c.Received, "cm_mads_sent": c.Sent, "cm_mads_resent": c.Resent,
+		"cm_malformed": c.Malformed, "cm_not_cm": c.NotCM, "cm_unsupported": c.Unsupported,
+		"cm_unknown_connection": c.UnknownConn, "cm_duplicates": c.Duplicates, "cm_unexpected": c.Unexpected,
+		"cm_no_listener": c.NoListener, "cm_refused": c.Refused, "cm_stale": c.Stale, "cm_timeouts": c.Timeouts,
+		"cm_queue_drops": c.QueueDrops, "cm_send_drops": a.sendDrops.Load(), "cm_connections": uint64(n)}
+}
+
 // Counters returns the state machine's counters.
 func (a *Agent) Counters() cm.Counters {
 	a.mu.Lock()

@@ -94,6 +94,7 @@ func writeStat(w io.Writer, st *proto.Stat, qpCounters bool) {
 	up := time.Duration(d.Uptime * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(bw, "device %s netdev %s uptime %v\n", d.Name, d.Netdev, up)
 	writeCounters(bw, "", d.Counters)
+	writeCounters(bw, "", d.CM)
 	comm := map[uint32]string{}
 	for _, s := range st.Sessions {
 		comm[s.ID] = s.Comm
