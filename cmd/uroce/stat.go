@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"sort"
 	"time"
@@ -93,8 +94,9 @@ func writeStat(w io.Writer, st *proto.Stat, qpCounters bool) {
 	d := &st.Device
 	up := time.Duration(d.Uptime * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(bw, "device %s netdev %s uptime %v\n", d.Name, d.Netdev, up)
-	writeCounters(bw, "", d.Counters)
-	writeCounters(bw, "", d.CM)
+	all := maps.Clone(d.Counters)
+	maps.Copy(all, d.CM) // the CM agent's, cm_*
+	writeCounters(bw, "", all)
 	comm := map[uint32]string{}
 	for _, s := range st.Sessions {
 		comm[s.ID] = s.Comm

@@ -168,8 +168,8 @@ func TestStat(t *testing.T) {
 			names = append(names, f[0])
 		}
 	}
-	if len(names) != len(want.Device.Counters) || !sortedStrings(names) {
-		t.Errorf("counter lines %v, want the %d counters sorted", names, len(want.Device.Counters))
+	if n := len(want.Device.Counters) + len(want.Device.CM); len(names) != n || !sortedStrings(names) || len(want.Device.CM) == 0 {
+		t.Errorf("counter lines %v, want the %d counters (the CM's among them) sorted", names, n)
 	}
 
 	code, out, errOut = runArgs("stat", "--json", "--socket", sockA)
