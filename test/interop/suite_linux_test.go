@@ -150,7 +150,8 @@ func removeArgs(args []string, rm ...string) []string {
 }
 
 // TestMTU4096 runs the tools both ways at path MTU 4096 (netdev 9000),
-// with messages up to 1 MiB and a write_bw over every size (-a).
+// with messages up to 1 MiB, a write_bw over every size (-a), and post
+// lists with inline data.
 func TestMTU4096(t *testing.T) {
 	t.Parallel()
 	g := group{mtu: 9000, pcap: "mtu4096.pcap", steps: concat(
@@ -167,6 +168,10 @@ func TestMTU4096(t *testing.T) {
 		[]step{perfStep(readLat, "-n 50 -s 4096", false), perfStep(readLat, "-n 5 -s 1048576", true)},
 		[]step{perfStep(sendLat, "-n 5 -s 1048576", false), perfStep(sendLat, "-n 50 -s 4095", true)},
 		[]step{perfStep(writeBW, "-a -n 5", false)},
+		// Post lists and inline data (rdma_rxe's perftest disables
+		// inline: "Device not recognized to implement inline feature").
+		perfBoth(writeBW, "-n 800 -s 64 -l 8 -I 64"),
+		perfBoth(sendBW, "-n 400 -s 200 -l 4 -I 220"),
 	)}
 	g.run(t)
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/uroce/uroce/stack"
 )
 
-// runBW is the client's measured run of the bandwidth tools (run_iter_bw
-// without post lists): each QP keeps up to tx_depth requests in flight,
+// runBW is the client's measured run of the bandwidth tools
+// (run_iter_bw): each QP keeps up to tx_depth requests in flight, posted
+// in lists of post_list,
 // every cq_mod-th and the last signaled, the local and remote addresses
 // stepping through a cycle buffer for small messages.
 func (s *session) runBW(size uint64) (pt.Report, error) {
@@ -30,6 +31,7 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 	}
 	cqMod := uint64(cfg.CQMod)
 	tx := uint64(cfg.TxDepth)
+	pl := uint64(cfg.PostList)
 	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
 		// READs in flight: at most the read window's worth (but one).
 		win := uint64(cfg.ReadWindow)
@@ -42,25 +44,29 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 		// Every completion must come within the window.
 		cqMod = min(cqMod, tx)
 	}
+	pl = min(pl, tx)
 	var totS, totC uint64
 	for totS < tot || totC < tot {
 		for i, q := range s.qps {
-			for scnt[i] < iters && scnt[i]-ccnt[i]+1 <= tx {
-				wr := s.opWR(i, loc[i], rem[i], size)
-				if scnt[i]%cqMod == cqMod-1 || scnt[i] == iters-1 {
-					wr.Flags |= stack.SendSignaled
+			// A post list of pl requests goes when it fits whole.
+			for scnt[i] < iters && scnt[i]-ccnt[i]+pl <= tx {
+				for range pl {
+					wr := s.opWR(i, loc[i], rem[i], size)
+					if scnt[i]%cqMod == cqMod-1 || scnt[i] == iters-1 {
+						wr.Flags |= stack.SendSignaled
+					}
+					posted[totS] = s.now()
+					if err := q.PostSend(wr); err != nil {
+						return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
+					}
+					base := s.mr.Addr() + uint64(i)*s.buffSize
+					loc[i] = s.incLoc(loc[i], base, size, scnt[i])
+					if cfg.verb() != pt.Send {
+						rem[i] = s.incLoc(rem[i], s.remote[i].VAddr, size, scnt[i])
+					}
+					scnt[i]++
+					totS++
 				}
-				posted[totS] = s.now()
-				if err := q.PostSend(wr); err != nil {
-					return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
-				}
-				base := s.mr.Addr() + uint64(i)*s.buffSize
-				loc[i] = s.incLoc(loc[i], base, size, scnt[i])
-				if cfg.verb() != pt.Send {
-					rem[i] = s.incLoc(rem[i], s.remote[i].VAddr, size, scnt[i])
-				}
-				scnt[i]++
-				totS++
 			}
 		}
 		if totC >= tot {

@@ -42,6 +42,8 @@ options (as perftest's):
   -t, --tx-depth=N         send queue depth (default 128; lat 1)
   -r, --rx-depth=N         receive queue depth (send tests, default 512)
   -Q, --cq-mod=N           signal every N-th completion (default 100)
+  -I, --inline_size=N      send messages of at most N bytes inline (write, send; default 0)
+  -l, --post_list=N        post requests in lists of N (bw tests)
   -o, --outs=N             outstanding reads/atomics (read, atomic)
   -u, --qp-timeout=N       QP timeout (default 14)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (default)
@@ -162,6 +164,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.TxDepth, "t", "tx-depth")
 	ints(&cfg.RxDepth, "r", "rx-depth")
 	ints(&cfg.CQMod, "Q", "cq-mod")
+	ints(&cfg.Inline, "I", "inline_size")
+	ints(&cfg.PostList, "l", "post_list")
 	ints(&cfg.OutReads, "o", "outs")
 	ints(&cfg.QPTimeout, "u", "qp-timeout")
 	strs(&atomicType, "A", "atomic_type")
@@ -182,7 +186,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.ReadWindow, "read-window")
 	var unsupported []string
 	bools(&cfg.RDMACM, "R", "rdma_cm")
-	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "D", "duration", "l", "post_list", "run_infinitely"} {
+	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "D", "duration", "run_infinitely"} {
 		n := n
 		fs.BoolFunc(n, "", func(string) error { unsupported = append(unsupported, n); return nil })
 	}

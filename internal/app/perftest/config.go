@@ -32,6 +32,7 @@ const (
 	maxTx          = 15000
 	maxRx          = 16384
 	maxCQMod       = 1024
+	maxInline      = 912 // perftest's MAX_INLINE
 	maxQPs         = 16384
 	minRNRTimer    = 12
 	addValue       = 1 // ATOMIC_ADD_VALUE
@@ -73,6 +74,13 @@ type Config struct {
 	CmpSwap bool
 	// Gbits is --report_gbits.
 	Gbits bool
+	// Inline is -I: messages of at most this many bytes (WRITE, SEND)
+	// go inline, copied into the work request (default 0, none).
+	Inline int
+	// PostList is -l: the bandwidth client posts its requests in lists
+	// of this many (default 1); the CQ moderation is then the list's
+	// size unless -Q says otherwise.
+	PostList int
 
 	// uroce's own options.
 	//
@@ -222,6 +230,27 @@ func (c *Config) normalize() error {
 	case c.OutReads < 0:
 		return fmt.Errorf("outstanding reads %d", c.OutReads)
 	}
+	if c.PostList == 0 {
+		c.PostList = 1
+	}
+	switch {
+	case c.Inline < 0 || c.Inline > maxInline:
+		return fmt.Errorf("Max inline should be between 0 and %d", maxInline)
+	case c.PostList < 1:
+		return fmt.Errorf("Send Post List size %d: must be positive", c.PostList)
+	case c.PostList > 1 && !bw:
+		return errors.New("Post list is supported in BW tests only")
+	case c.PostList > 1 && c.Iters%c.PostList != 0:
+		return errors.New("Number of iterations must be a multiple of post list size")
+	case c.PostList > 1 && c.reqCQMod && c.PostList%c.CQMod != 0:
+		return errors.New("Post list size must be a multiple of CQ moderation")
+	case c.PostList > c.TxDepth:
+		return fmt.Errorf("post list %d: larger than the tx depth %d", c.PostList, c.TxDepth)
+	}
+	if c.PostList > 1 && !c.reqCQMod {
+		c.CQMod = c.PostList
+		fmt.Fprint(c.Stdout, pt.ResultLine+"Post List requested - CQ moderation will be the size of the post list\n")
+	}
 	// force_dependecies
 	if c.TxDepth > c.Iters {
 		c.TxDepth = c.Iters
@@ -234,6 +263,9 @@ func (c *Config) normalize() error {
 	}
 	if c.CQMod > c.TxDepth {
 		c.CQMod = c.TxDepth
+	}
+	if c.PostList > 1 && c.CQMod%c.PostList != 0 && c.PostList%c.CQMod != 0 {
+		return fmt.Errorf("post list %d and CQ moderation %d do not divide each other", c.PostList, c.CQMod)
 	}
 	if c.All {
 		c.Size = MaxSize

@@ -35,10 +35,14 @@
 // the QP attributes are then rdma_cm's (the REQ's and REP's), not the
 // ones above.
 //
+// Inline data (-I: WRITEs and SENDs of at most that many bytes go in the
+// work request, IBV_SEND_INLINE) and post lists (-l: the bandwidth
+// client posts whole lists of requests, the CQ moderation then the
+// list's size unless -Q is given) are perftest's.
+//
 // Not implemented: bidirectional tests (-b), duration mode (-D), UC and UD
-// connections (-c), SRQ, post lists (-l), -z, events (-e is
-// accepted: uroce always sleeps on its completion queues), inline data
-// (uroce reports 0) and ib_atomic_lat.
+// connections (-c), SRQ, -z, events (-e is accepted: uroce always sleeps
+// on its completion queues) and ib_atomic_lat.
 //
 // uroce's own options: Config.BadRKey makes every RDMA operation of the
 // test hit a key the peer does not have (a remote access error case),

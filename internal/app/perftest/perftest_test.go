@@ -299,6 +299,11 @@ func TestConfigErrors(t *testing.T) {
 		"rx on write": {Tool: pt.WriteBW, RxDepth: 5},
 		"cq mod":      {Tool: pt.WriteBW, CQMod: 2000},
 		"rnr":         {Tool: pt.SendBW, SetRNRRetry: true, RNRRetry: 8},
+		"inline":      {Tool: pt.WriteBW, Inline: 913},
+		"list on lat": {Tool: pt.WriteLat, PostList: 2},
+		"list iters":  {Tool: pt.WriteBW, Iters: 10, PostList: 3},
+		"list cq mod": {Tool: pt.WriteBW, PostList: 4, CQMod: 3},
+		"list tx":     {Tool: pt.WriteBW, PostList: 256, TxDepth: 128},
 	} {
 		cfg.Connect = func(context.Context) (net.Conn, error) { return nil, errors.New("unused") }
 		if err := cfg.normalize(); err == nil {
@@ -308,6 +313,42 @@ func TestConfigErrors(t *testing.T) {
 	c := Config{Tool: pt.WriteBW, Size: 10000, Iters: 50, TxDepth: 200, Connect: func(context.Context) (net.Conn, error) { return nil, nil }}
 	if err := c.normalize(); err != nil || c.TxDepth != 50 || c.CQMod != 1 {
 		t.Errorf("normalize: %v, tx %d, cq_mod %d; want tx 50, cq_mod 1", err, c.TxDepth, c.CQMod)
+	}
+}
+
+// TestInlineAndPostList runs write and send bandwidth with inline data
+// (-I) and post lists (-l), and write latency inline: the results come,
+// and the tools say what perftest says of them.
+func TestInlineAndPostList(t *testing.T) {
+	for _, cfg := range []Config{
+		{Tool: pt.WriteBW, Size: 64, Iters: 400, Inline: 64, PostList: 8},
+		{Tool: pt.SendBW, Size: 200, Iters: 400, Inline: 220, PostList: 4},
+		{Tool: pt.WriteBW, Size: 4096, Iters: 100, Inline: 64, PostList: 5},
+		{Tool: pt.WriteLat, Size: 32, Iters: 100, Inline: 220},
+	} {
+		t.Run(fmt.Sprintf("%v/s%d/I%d/l%d", cfg.Tool, cfg.Size, cfg.Inline, cfg.PostList), func(t *testing.T) {
+			p := apptest.NewPair(t, 1500, nil)
+			cfg.GIDIndex = AutoGID
+			s, c := runPair(t, p, cfg, cfg)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
+			}
+			out := c.out.String()
+			if lines := results(t, "client", out, cfg.Tool, !cfg.Tool.BW()); len(lines) != 1 {
+				t.Errorf("%d result lines", len(lines))
+			}
+			if !strings.Contains(out, fmt.Sprintf(" Max inline data : %d[B]\n", cfg.Inline)) {
+				t.Errorf("no inline size in:\n%s", out)
+			}
+			if cfg.PostList > 1 {
+				if !strings.Contains(out, fmt.Sprintf(" Post List       : %d\n", cfg.PostList)) ||
+					!strings.Contains(out, "Post List BW Test\n") ||
+					!strings.Contains(out, "Post List requested - CQ moderation will be the size of the post list\n") ||
+					!strings.Contains(out, fmt.Sprintf(" CQ Moderation   : %d\n", cfg.PostList)) {
+					t.Errorf("post list not said:\n%s", out)
+				}
+			}
+		})
 	}
 }
 

@@ -307,7 +307,7 @@ func (s *session) resources(a pt.Agreed) error {
 	s.wcs = make([]verbs.WC, 16)
 	for i := 0; i < cfg.QPs; i++ {
 		q, err := s.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
-			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, InfiniteRetry7: cfg.InfiniteRetry})
+			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, MaxInline: cfg.Inline, InfiniteRetry7: cfg.InfiniteRetry})
 		if err != nil {
 			return fmt.Errorf("unable to create QP: %w", err)
 		}
@@ -400,7 +400,7 @@ func (s *session) testInfo() pt.TestInfo {
 	return pt.TestInfo{
 		Tool: cfg.Tool, Role: role, AtomicType: at, Device: cfg.Device, QPs: cfg.QPs,
 		Transport: "IB", Connection: "RC", PCIeRelaxOrder: "Unsupported",
-		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: 1, CQMod: cfg.CQMod,
+		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: cfg.PostList, CQMod: cfg.CQMod, InlineSize: cfg.Inline,
 		MTU: s.agreed.MTU, LinkType: "Ethernet", GIDIndex: s.gidIdx, OutReads: s.outReads,
 		RDMACM: cfg.RDMACM,
 	}
@@ -636,6 +636,11 @@ func (s *session) opWR(i int, local, remote uint64, size uint64) *verbs.SendWR {
 		}
 	case pt.Send:
 		wr.Op = stack.OpSend
+	}
+	if (wr.Op == stack.OpWrite || wr.Op == stack.OpSend) && size <= uint64(cfg.Inline) {
+		off := local - s.mr.Addr()
+		wr.Flags |= stack.SendInline
+		wr.Inline = s.mr.Bytes()[off : off+size]
 	}
 	return wr
 }
