@@ -150,8 +150,8 @@ func removeArgs(args []string, rm ...string) []string {
 }
 
 // TestMTU4096 runs the tools both ways at path MTU 4096 (netdev 9000),
-// with messages up to 1 MiB, a write_bw over every size (-a), and post
-// lists with inline data.
+// with messages up to 1 MiB, a write_bw over every size (-a), post lists
+// with inline data, and UC QPs.
 func TestMTU4096(t *testing.T) {
 	t.Parallel()
 	g := group{mtu: 9000, pcap: "mtu4096.pcap", steps: concat(
@@ -172,6 +172,11 @@ func TestMTU4096(t *testing.T) {
 		// inline: "Device not recognized to implement inline feature").
 		perfBoth(writeBW, "-n 800 -s 64 -l 8 -I 64"),
 		perfBoth(sendBW, "-n 400 -s 200 -l 4 -I 220"),
+		// UC QPs (-c UC).
+		perfBoth(writeBW, "-c UC -n 300 -s 4096"),
+		perfBoth(sendBW, "-c UC -n 300 -s 1000"),
+		perfBoth(writeLat, "-c UC -n 100 -s 64"),
+		perfBoth(sendLat, "-c UC -n 50 -s 3000"),
 	)}
 	g.run(t)
 }

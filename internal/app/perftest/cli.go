@@ -47,7 +47,7 @@ options (as perftest's):
   -o, --outs=N             outstanding reads/atomics (read, atomic)
   -u, --qp-timeout=N       QP timeout (default 14)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (default)
-  -c, --connection=RC      connection type (RC only)
+  -c, --connection=RC|UC   connection type (default RC; UC: write and send)
   -F, --CPU-freq           accepted (uroce measures with the monotonic clock)
   -e, --events             accepted (uroce always sleeps on its CQs)
       --report_gbits       report in Gb/s
@@ -218,8 +218,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage(fmt.Errorf("port %d", port))
 	case ibPort != 1:
 		return usage(fmt.Errorf("ib-port %d: a uroce device has port 1 only", ibPort))
-	case conn != "" && conn != "RC":
-		return usage(fmt.Errorf("connection type %s: %w (RC only)", conn, ErrUnsupported))
+	case conn == "UD" || conn == "XRC" || conn == "DC" || conn == "SRD":
+		return usage(fmt.Errorf("connection type %s: %w (RC and UC)", conn, ErrUnsupported))
+	case conn != "" && conn != "RC" && conn != "UC":
+		return usage(errors.New("Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}"))
 	case cfg.LateRecv > 0 && cfg.Tool != pt.SendBW:
 		return usage(errors.New("--late-recv applies to the send bandwidth test only"))
 	case rnrRetry > 7:
@@ -235,6 +237,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if atomicType != "" && cfg.Tool.Verb() != pt.Atomic {
 		return usage(errors.New("-A applies to the atomic test only"))
 	}
+	cfg.UC = conn == "UC"
 	if rnrRetry >= 0 {
 		cfg.SetRNRRetry, cfg.RNRRetry = true, uint8(rnrRetry)
 	}

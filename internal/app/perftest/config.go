@@ -33,6 +33,7 @@ const (
 	maxRx          = 16384
 	maxCQMod       = 1024
 	maxInline      = 912 // perftest's MAX_INLINE
+	ucMaxRx        = 16000
 	maxQPs         = 16384
 	minRNRTimer    = 12
 	addValue       = 1 // ATOMIC_ADD_VALUE
@@ -77,6 +78,8 @@ type Config struct {
 	// Inline is -I: messages of at most this many bytes (WRITE, SEND)
 	// go inline, copied into the work request (default 0, none).
 	Inline int
+	// UC is -c UC: unreliable connected QPs (WRITE and SEND only).
+	UC bool
 	// PostList is -l: the bandwidth client posts its requests in lists
 	// of this many (default 1); the CQ moderation is then the list's
 	// size unless -Q says otherwise.
@@ -193,6 +196,12 @@ func (c *Config) normalize() error {
 		c.RxDepth = 1
 		if verb == pt.Send {
 			c.RxDepth = DefaultRxSend
+			if c.UC {
+				// perftest: a UC receiver keeps every message's
+				// receive posted (UC_MAX_RX at most), nothing
+				// being resent.
+				c.RxDepth = min(c.Iters, ucMaxRx)
+			}
 		}
 	}
 	if c.CQMod == 0 {
@@ -234,6 +243,10 @@ func (c *Config) normalize() error {
 		c.PostList = 1
 	}
 	switch {
+	case c.UC && (verb == pt.Read || verb == pt.Atomic):
+		return errors.New("UC connection not possible in READ/ATOMIC verbs")
+	case c.UC && c.RDMACM:
+		return errors.New("UC is not supported in librdmacm")
 	case c.Inline < 0 || c.Inline > maxInline:
 		return fmt.Errorf("Max inline should be between 0 and %d", maxInline)
 	case c.PostList < 1:

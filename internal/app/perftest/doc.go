@@ -40,9 +40,12 @@
 // client posts whole lists of requests, the CQ moderation then the
 // list's size unless -Q is given) are perftest's.
 //
-// Not implemented: bidirectional tests (-b), duration mode (-D), UC and UD
-// connections (-c), SRQ, -z, events (-e is accepted: uroce always sleeps
-// on its completion queues) and ib_atomic_lat.
+// -c UC runs the write and send tools over UC QPs (perftest refuses UC
+// with READ, atomics and -R, and so does uroce).
+//
+// Not implemented: bidirectional tests (-b), duration mode (-D), UD
+// connections (-c UD), SRQ, -z, events (-e is accepted: uroce always
+// sleeps on its completion queues) and ib_atomic_lat.
 //
 // uroce's own options: Config.BadRKey makes every RDMA operation of the
 // test hit a key the peer does not have (a remote access error case),

@@ -304,6 +304,9 @@ func TestConfigErrors(t *testing.T) {
 		"list iters":  {Tool: pt.WriteBW, Iters: 10, PostList: 3},
 		"list cq mod": {Tool: pt.WriteBW, PostList: 4, CQMod: 3},
 		"list tx":     {Tool: pt.WriteBW, PostList: 256, TxDepth: 128},
+		"uc read":     {Tool: pt.ReadBW, UC: true},
+		"uc atomic":   {Tool: pt.AtomicBW, UC: true},
+		"uc rdma_cm":  {Tool: pt.WriteBW, UC: true, RDMACM: true},
 	} {
 		cfg.Connect = func(context.Context) (net.Conn, error) { return nil, errors.New("unused") }
 		if err := cfg.normalize(); err == nil {
@@ -313,6 +316,35 @@ func TestConfigErrors(t *testing.T) {
 	c := Config{Tool: pt.WriteBW, Size: 10000, Iters: 50, TxDepth: 200, Connect: func(context.Context) (net.Conn, error) { return nil, nil }}
 	if err := c.normalize(); err != nil || c.TxDepth != 50 || c.CQMod != 1 {
 		t.Errorf("normalize: %v, tx %d, cq_mod %d; want tx 50, cq_mod 1", err, c.TxDepth, c.CQMod)
+	}
+}
+
+// TestUC runs the write and send tools over UC QPs (-c UC).
+func TestUC(t *testing.T) {
+	for _, cfg := range []Config{
+		{Tool: pt.WriteBW, Size: 4096, Iters: 300},
+		{Tool: pt.SendBW, Size: 1000, Iters: 300},
+		{Tool: pt.WriteLat, Size: 64, Iters: 100},
+		{Tool: pt.SendLat, Size: 3000, Iters: 50},
+	} {
+		t.Run(fmt.Sprintf("%v/s%d", cfg.Tool, cfg.Size), func(t *testing.T) {
+			p := apptest.NewPair(t, 1500, nil)
+			cfg.GIDIndex, cfg.UC = AutoGID, true
+			s, c := runPair(t, p, cfg, cfg)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
+			}
+			out := c.out.String()
+			if lines := results(t, "client", out, cfg.Tool, !cfg.Tool.BW()); len(lines) != 1 {
+				t.Errorf("%d result lines", len(lines))
+			}
+			if !strings.Contains(out, " Connection type : UC\t\t") {
+				t.Errorf("not UC:\n%s", out)
+			}
+			if cfg.Tool == pt.SendBW && !strings.Contains(s.out.String(), " RX depth        : 300\n") {
+				t.Errorf("UC send server: rx depth not the iterations:\n%s", s.out.String())
+			}
+		})
 	}
 }
 

@@ -306,7 +306,11 @@ func (s *session) resources(a pt.Agreed) error {
 	}
 	s.wcs = make([]verbs.WC, 16)
 	for i := 0; i < cfg.QPs; i++ {
-		q, err := s.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		typ := stack.RC
+		if cfg.UC {
+			typ = stack.UC
+		}
+		q, err := s.pd.CreateQP(verbs.QPInit{Type: typ, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, MaxInline: cfg.Inline, InfiniteRetry7: cfg.InfiniteRetry})
 		if err != nil {
 			return fmt.Errorf("unable to create QP: %w", err)
@@ -397,9 +401,13 @@ func (s *session) testInfo() pt.TestInfo {
 	if cfg.CmpSwap {
 		at = "CMP_AND_SWAP"
 	}
+	conn := "RC"
+	if cfg.UC {
+		conn = "UC"
+	}
 	return pt.TestInfo{
 		Tool: cfg.Tool, Role: role, AtomicType: at, Device: cfg.Device, QPs: cfg.QPs,
-		Transport: "IB", Connection: "RC", PCIeRelaxOrder: "Unsupported",
+		Transport: "IB", Connection: conn, PCIeRelaxOrder: "Unsupported",
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: cfg.PostList, CQMod: cfg.CQMod, InlineSize: cfg.Inline,
 		MTU: s.agreed.MTU, LinkType: "Ethernet", GIDIndex: s.gidIdx, OutReads: s.outReads,
 		RDMACM: cfg.RDMACM,
