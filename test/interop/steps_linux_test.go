@@ -78,13 +78,14 @@ type perfTool struct {
 }
 
 var (
-	writeBW  = perfTool{"ib_write_bw", "write"}
-	readBW   = perfTool{"ib_read_bw", "read"}
-	sendBW   = perfTool{"ib_send_bw", "send"}
-	atomicBW = perfTool{"ib_atomic_bw", "atomic"}
-	writeLat = perfTool{"ib_write_lat", "write --lat"}
-	readLat  = perfTool{"ib_read_lat", "read --lat"}
-	sendLat  = perfTool{"ib_send_lat", "send --lat"}
+	writeBW   = perfTool{"ib_write_bw", "write"}
+	readBW    = perfTool{"ib_read_bw", "read"}
+	sendBW    = perfTool{"ib_send_bw", "send"}
+	atomicBW  = perfTool{"ib_atomic_bw", "atomic"}
+	writeLat  = perfTool{"ib_write_lat", "write --lat"}
+	readLat   = perfTool{"ib_read_lat", "read --lat"}
+	sendLat   = perfTool{"ib_send_lat", "send --lat"}
+	atomicLat = perfTool{"ib_atomic_lat", "atomic --lat"}
 )
 
 // perfStep is a perftest step with the same arguments on both sides.
@@ -165,7 +166,7 @@ func checkPerf(t *testing.T, name string, tool perfTool, guestClient bool, g, u 
 		return
 	}
 	gm, um := latLineRE.FindAllStringSubmatch(g, -1), latLineRE.FindAllStringSubmatch(u, -1)
-	if tool.ours == "read --lat" {
+	if tool.ours == "read --lat" || tool.ours == "atomic --lat" {
 		// Only the client measures.
 		c := um
 		if guestClient {

@@ -25,7 +25,7 @@ const usage = `usage:
   uroce perf write|read|send|atomic [--lat] -d IFACE [options] HOST    connect to the server at HOST
 
 Wire-compatible with perftest 4.5's ib_write_bw, ib_read_bw, ib_send_bw,
-ib_atomic_bw (and with --lat ib_write_lat, ib_read_lat, ib_send_lat), on
+ib_atomic_bw (and with --lat ib_write_lat, ib_read_lat, ib_send_lat, ib_atomic_lat), on
 either side; the tool may also be named as the stock command (ib_send_lat).
 Run the stock tool on the peer with -x <its IPv4 GID index> (1 on rdma_rxe).
 
@@ -74,7 +74,7 @@ func ParseTool(name string, lat bool) (pt.Tool, error) {
 		"write":  {pt.WriteBW, pt.WriteLat},
 		"read":   {pt.ReadBW, pt.ReadLat},
 		"send":   {pt.SendBW, pt.SendLat},
-		"atomic": {pt.AtomicBW, -1},
+		"atomic": {pt.AtomicBW, pt.AtomicLat},
 	}
 	pair, ok := tools[name]
 	if !ok {

@@ -44,8 +44,8 @@
 // with READ, atomics and -R, and so does uroce).
 //
 // Not implemented: bidirectional tests (-b), duration mode (-D), UD
-// connections (-c UD), SRQ, -z, events (-e is accepted: uroce always
-// sleeps on its completion queues) and ib_atomic_lat.
+// connections (-c UD), SRQ, -z and events (-e is accepted: uroce always
+// sleeps on its completion queues).
 //
 // uroce's own options: Config.BadRKey makes every RDMA operation of the
 // test hit a key the peer does not have (a remote access error case),

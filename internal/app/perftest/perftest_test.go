@@ -102,6 +102,7 @@ func TestToolsOverPipe(t *testing.T) {
 		{tool: pt.WriteLat, size: 64, iters: 200, linkMTU: 1500, busy: true},
 		{tool: pt.ReadLat, size: 1000, iters: 50, linkMTU: 1500},
 		{tool: pt.SendLat, size: 7, iters: 50, linkMTU: 1500},
+		{tool: pt.AtomicLat, iters: 100, linkMTU: 1500},
 		{tool: pt.SendLat, size: 5000, iters: 20, linkMTU: 9000},
 		{tool: pt.WriteBW, iters: 5, all: true, linkMTU: 9000},
 		{tool: pt.SendBW, iters: 5, all: true, linkMTU: 1500},
@@ -135,9 +136,9 @@ func TestToolsOverPipe(t *testing.T) {
 				t.Errorf("client printed %d result lines, want %d", len(cl), runs)
 			}
 			switch {
-			case tc.tool == pt.ReadLat:
+			case tc.tool == pt.ReadLat || tc.tool == pt.AtomicLat:
 				if strings.Contains(s.out.String(), pt.LatHeader()) {
-					t.Errorf("ib_read_lat server printed a header:\n%s", s.out.String())
+					t.Errorf("%v server printed a header:\n%s", tc.tool, s.out.String())
 				}
 			default:
 				sl := results(t, "server", s.out.String(), tc.tool, lat)

@@ -473,8 +473,9 @@ func (s *session) printAddresses(remote []pt.Dest) {
 	switch {
 	case cfg.Tool.BW():
 		io.WriteString(cfg.Stdout, pt.ResultLine+pt.BWHeader(cfg.Gbits))
-	case cfg.Tool != pt.ReadLat || cfg.Client:
-		// ib_read_lat's server prints no header: it only waits.
+	case cfg.Tool != pt.ReadLat && cfg.Tool != pt.AtomicLat || cfg.Client:
+		// ib_read_lat's and ib_atomic_lat's servers print no header:
+		// they only wait.
 		io.WriteString(cfg.Stdout, pt.ResultLine+pt.LatHeader())
 	}
 }
@@ -573,7 +574,8 @@ func (s *session) run(r int) error {
 	switch cfg.Tool {
 	case pt.WriteLat:
 		posted, err = s.runLatWrite(size)
-	case pt.ReadLat:
+	case pt.ReadLat, pt.AtomicLat:
+		// run_iter_lat: one READ or atomic at a time, each timed alone.
 		posted, err = s.runLatRead(size)
 		rtt = 1
 	case pt.SendLat:

@@ -19,9 +19,11 @@ const (
 	WriteLat
 	ReadLat
 	SendLat
+	AtomicLat
 )
 
-var toolNames = [...]string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"}
+var toolNames = [...]string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_write_lat", "ib_read_lat",
+	"ib_send_lat", "ib_atomic_lat"}
 
 // String returns the tool's command name.
 func (t Tool) String() string {
@@ -41,7 +43,7 @@ func (t Tool) Verb() Verb {
 		return Write
 	case ReadBW, ReadLat:
 		return Read
-	case AtomicBW:
+	case AtomicBW, AtomicLat:
 		return Atomic
 	}
 	return Send
@@ -211,7 +213,7 @@ func Sequence(cfg Config) ([]Step, error) {
 		keys()
 		add(StepSync)
 		runs(false, false)
-	case ReadLat:
+	case ReadLat, AtomicLat: // atomic_lat.c's sequence is read_lat.c's
 		add(StepSync)
 		keys()
 		add(StepConnect)
