@@ -230,7 +230,8 @@ func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
 		switch {
 		case req.PS == proto.PSTCP && (req.QPType == proto.QPTypeRC || req.QPType == 0):
 			req.QPType = proto.QPTypeRC
-		case req.PS == proto.PSIPoIB && (req.QPType == proto.QPTypeRC || req.QPType == proto.QPTypeUD):
+		case req.PS == proto.PSIPoIB:
+			return nil, -1, errnoErr{unix.EOPNOTSUPP, "create id: the IPoIB port space is not supported (TCP and UDP are)"}
 		case req.PS == proto.PSUDP && (req.QPType == proto.QPTypeUD || req.QPType == 0):
 			req.QPType = proto.QPTypeUD
 		default:
