@@ -15,6 +15,7 @@ func TestRping(t *testing.T) {
 	for _, size := range []int{64, 100, 65535} {
 		steps = append(steps, rpingStep(size, false), rpingStep(size, true))
 	}
+	steps = append(steps, rpingStepN(64, 100, false), rpingStepN(4096, 100, true))
 	steps = append(steps, rpingNoListener())
 	g := group{mtu: 1500, pcap: "rping.pcap", stepTimeout: 60e9, steps: steps}
 	g.run(t)
@@ -24,8 +25,11 @@ var rpingDataRE = regexp.MustCompile(`(?m)^(?:server )?ping data: (.*)$`)
 
 // rpingStep is 10 pings of size bytes, the guest the server (uroce
 // dials it, retrying while it does not listen yet) or the client.
-func rpingStep(size int, guestClient bool) step {
-	opts := fmt.Sprintf("-C 10 -S %d -V -v", size)
+func rpingStep(size int, guestClient bool) step { return rpingStepN(size, 10, guestClient) }
+
+// rpingStepN is rpingStep with count pings.
+func rpingStepN(size, count int, guestClient bool) step {
+	opts := fmt.Sprintf("-C %d -S %d -V -v", count, size)
 	s := step{guestClient: guestClient}
 	// The guest's client prints through the harness's retry helper in
 	// one burst, which the serial console does not carry whole at 64
@@ -33,14 +37,20 @@ func rpingStep(size int, guestClient bool) step {
 	guestVerbose := !guestClient || size < 4096
 	if guestClient {
 		s.name = fmt.Sprintf("rping-gc-S%d", size)
+		if count != 10 {
+			s.name += fmt.Sprintf("-C%d", count)
+		}
 		gopts := opts
 		if !guestVerbose {
-			gopts = fmt.Sprintf("-C 10 -S %d -V", size)
+			gopts = fmt.Sprintf("-C %d -S %d -V", count, size)
 		}
 		s.guest = "rping -c " + gopts + " -a" // the harness adds uroce's address
 		s.uroce = append([]string{"rping", "-s"}, splitArgs(opts)...)
 	} else {
 		s.name = fmt.Sprintf("rping-gs-S%d", size)
+		if count != 10 {
+			s.name += fmt.Sprintf("-C%d", count)
+		}
 		s.guest = "rping -s -a " + guestAddr + " " + opts
 		s.uroce = append([]string{"rping", "-c", "--connect-wait=30s"}, splitArgs(opts)...)
 	}
@@ -51,8 +61,8 @@ func rpingStep(size int, guestClient bool) step {
 		if guestVerbose && strings.Join(gd, "\n") != strings.Join(ud, "\n") {
 			t.Errorf("%s: ping data differ:\nguest %.200q\nuroce %.200q", name, gd, ud)
 		}
-		if len(ud) != 10 {
-			t.Errorf("%s: %d pings printed, want 10", name, len(ud))
+		if len(ud) != count {
+			t.Errorf("%s: %d pings printed, want %d", name, len(ud), count)
 		}
 		for i, d := range ud {
 			if want := rpingString(i, size); d != want {
