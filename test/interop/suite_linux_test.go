@@ -151,7 +151,7 @@ func removeArgs(args []string, rm ...string) []string {
 
 // TestMTU4096 runs the tools both ways at path MTU 4096 (netdev 9000),
 // with messages up to 1 MiB, a write_bw over every size (-a), post lists
-// with inline data, UC QPs, and ib_atomic_lat.
+// with inline data, UC QPs, ib_atomic_lat, and duration mode.
 func TestMTU4096(t *testing.T) {
 	t.Parallel()
 	g := group{mtu: 9000, pcap: "mtu4096.pcap", steps: concat(
@@ -178,6 +178,9 @@ func TestMTU4096(t *testing.T) {
 		perfBoth(writeLat, "-c UC -n 100 -s 64"),
 		perfBoth(sendLat, "-c UC -n 50 -s 3000"),
 		perfBoth(atomicLat, "-n 200"),
+		// Duration mode (-D).
+		perfBoth(writeBW, "-D 3 -s 65536"),
+		perfBoth(readBW, "-D 3 -s 65536"),
 		perfBoth(atomicLat, "-n 100 -A CMP_AND_SWAP"),
 	)}
 	g.run(t)

@@ -3,6 +3,7 @@ package perftest
 import (
 	"fmt"
 	"math"
+	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/qp"
@@ -162,4 +163,97 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 		rep.MsgRate = float64(tot) / (secs * 1e6)
 	}
 	return rep, nil
+}
+
+// runBWDuration is the client's run in duration mode (-D, run_iter_bw
+// with test_type DURATION): requests go for Duration; the completions
+// that come between the first and the last Margin are counted (in units
+// of cq_mod, as perftest counts them) and the report is their rate over
+// that window, with no peak (perftest's duration mode sets noPeak).
+func (s *session) runBWDuration(size uint64) (pt.Report, error) {
+	cfg := &s.cfg
+	nq := len(s.qps)
+	scnt := make([]uint64, nq)
+	ccnt := make([]uint64, nq)
+	loc := make([]uint64, nq)
+	rem := make([]uint64, nq)
+	for i := range s.qps {
+		loc[i] = s.mr.Addr() + uint64(i)*s.buffSize
+		rem[i] = s.remote[i].VAddr
+	}
+	cqMod := uint64(cfg.CQMod)
+	tx := uint64(cfg.TxDepth)
+	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
+		// As runBW: READs in flight at most the read window's worth.
+		win := uint64(cfg.ReadWindow)
+		if win == 0 {
+			win = DefaultReadWindow
+		}
+		tx = min(tx, max(win/size, 1))
+		cqMod = min(cqMod, tx)
+	}
+	start := time.Now()
+	sampleFrom, sampleTo, end := start.Add(cfg.Margin), start.Add(cfg.Duration-cfg.Margin), start.Add(cfg.Duration)
+	var counted uint64
+	var t0, t1 time.Time
+	var totS, totC uint64
+	for {
+		now := time.Now()
+		if t0.IsZero() && !now.Before(sampleFrom) {
+			t0 = now
+		}
+		if t1.IsZero() && !now.Before(sampleTo) {
+			t1 = now
+		}
+		stopping := !now.Before(end)
+		for i, q := range s.qps {
+			// Past the end, only what completes a signaled group
+			// still goes, so that every request's completion comes.
+			for scnt[i]-ccnt[i]+1 <= tx && (!stopping || scnt[i]%cqMod != 0) {
+				wr := s.opWR(i, loc[i], rem[i], size)
+				if scnt[i]%cqMod == cqMod-1 {
+					wr.Flags |= stack.SendSignaled
+				}
+				if err := q.PostSend(wr); err != nil {
+					return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
+				}
+				base := s.mr.Addr() + uint64(i)*s.buffSize
+				loc[i] = s.incLoc(loc[i], base, size, scnt[i])
+				if cfg.verb() != pt.Send {
+					rem[i] = s.incLoc(rem[i], s.remote[i].VAddr, size, scnt[i])
+				}
+				scnt[i]++
+				totS++
+			}
+		}
+		if stopping && totC >= totS {
+			break
+		}
+		wcs, err := s.poll(s.ctx, s.sendCQ)
+		if err != nil {
+			return pt.Report{}, err
+		}
+		sampling := !t0.IsZero() && t1.IsZero()
+		for k := range wcs {
+			wc := &wcs[k]
+			if wc.Status != qp.WCSuccess {
+				return pt.Report{}, s.sendFailed(wc, totS, totC)
+			}
+			if int(wc.ID) >= nq {
+				return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+			}
+			ccnt[wc.ID] += cqMod
+			totC += cqMod
+			if sampling {
+				counted += cqMod
+			}
+		}
+	}
+	window := t1.Sub(t0).Seconds()
+	format := float64(0x100000)
+	if cfg.Gbits {
+		format = 125000000
+	}
+	return pt.Report{Size: size, Iters: counted, BWAvg: float64(size) * float64(counted) / (window * format),
+		MsgRate: float64(counted) / (window * 1e6)}, nil
 }

@@ -44,6 +44,8 @@ options (as perftest's):
   -Q, --cq-mod=N           signal every N-th completion (default 100)
   -I, --inline_size=N      send messages of at most N bytes inline (write, send; default 0)
   -l, --post_list=N        post requests in lists of N (bw tests)
+  -D, --duration=SECONDS   run for SECONDS instead of -n (write, read and atomic bw)
+  -f, --margin=SECONDS     measure within these margins of -D (default a quarter of it)
   -o, --outs=N             outstanding reads/atomics (read, atomic)
   -u, --qp-timeout=N       QP timeout (default 14)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (default)
@@ -166,6 +168,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.CQMod, "Q", "cq-mod")
 	ints(&cfg.Inline, "I", "inline_size")
 	ints(&cfg.PostList, "l", "post_list")
+	duration, margin := 0, -1
+	ints(&duration, "D", "duration")
+	ints(&margin, "f", "margin")
 	ints(&cfg.OutReads, "o", "outs")
 	ints(&cfg.QPTimeout, "u", "qp-timeout")
 	strs(&atomicType, "A", "atomic_type")
@@ -186,7 +191,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.ReadWindow, "read-window")
 	var unsupported []string
 	bools(&cfg.RDMACM, "R", "rdma_cm")
-	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "D", "duration", "run_infinitely"} {
+	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "run_infinitely"} {
 		n := n
 		fs.BoolFunc(n, "", func(string) error { unsupported = append(unsupported, n); return nil })
 	}
@@ -238,6 +243,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage(errors.New("-A applies to the atomic test only"))
 	}
 	cfg.UC = conn == "UC"
+	if duration < 0 {
+		return usage(errors.New("Duration period must be positive"))
+	}
+	cfg.Duration = time.Duration(duration) * time.Second
+	if margin >= 0 {
+		cfg.Margin, cfg.marginSet = time.Duration(margin)*time.Second, true
+	}
 	if rnrRetry >= 0 {
 		cfg.SetRNRRetry, cfg.RNRRetry = true, uint8(rnrRetry)
 	}

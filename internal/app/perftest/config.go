@@ -78,6 +78,12 @@ type Config struct {
 	// Inline is -I: messages of at most this many bytes (WRITE, SEND)
 	// go inline, copied into the work request (default 0, none).
 	Inline int
+	// Duration is -D: a bandwidth client of WRITE, READ or atomics runs
+	// this long instead of Iters, and reports the rate of what
+	// completed between the first and the last Margin (-f; default a
+	// quarter of the duration, as perftest's).
+	Duration, Margin time.Duration
+	marginSet        bool
 	// UC is -c UC: unreliable connected QPs (WRITE and SEND only).
 	UC bool
 	// PostList is -l: the bandwidth client posts its requests in lists
@@ -242,6 +248,22 @@ func (c *Config) normalize() error {
 	if c.PostList == 0 {
 		c.PostList = 1
 	}
+	if c.Duration > 0 {
+		switch {
+		case c.Duration%time.Second != 0 || c.Margin%time.Second != 0:
+			return errors.New("duration and margin are whole seconds")
+		case !bw || verb == pt.Send:
+			return fmt.Errorf("duration mode (-D) with %v: %w (uroce runs it for the WRITE, READ and atomic bandwidth tests)", c.Tool, ErrUnsupported)
+		case c.All:
+			return fmt.Errorf("duration mode (-D) with -a: %w", ErrUnsupported)
+		}
+		if !c.marginSet {
+			c.Margin = c.Duration / 4 / time.Second * time.Second
+		}
+		if c.Duration <= 2*c.Margin {
+			return errors.New("please check that DURATION > 2*MARGIN")
+		}
+	}
 	switch {
 	case c.UC && (verb == pt.Read || verb == pt.Atomic):
 		return errors.New("UC connection not possible in READ/ATOMIC verbs")
@@ -265,7 +287,7 @@ func (c *Config) normalize() error {
 		fmt.Fprint(c.Stdout, pt.ResultLine+"Post List requested - CQ moderation will be the size of the post list\n")
 	}
 	// force_dependecies
-	if c.TxDepth > c.Iters {
+	if c.TxDepth > c.Iters && c.Duration == 0 {
 		c.TxDepth = c.Iters
 	}
 	if verb == pt.Send && c.RxDepth > c.Iters {

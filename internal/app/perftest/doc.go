@@ -43,9 +43,13 @@
 // -c UC runs the write and send tools over UC QPs (perftest refuses UC
 // with READ, atomics and -R, and so does uroce).
 //
-// Not implemented: bidirectional tests (-b), duration mode (-D), UD
-// connections (-c UD), SRQ, -z and events (-e is accepted: uroce always
-// sleeps on its completion queues).
+// -D SECONDS (with -f, the margins) runs the WRITE, READ and atomic
+// bandwidth clients for a time instead of -n, reporting what completed
+// within the margins, without a peak, as perftest's duration mode does.
+//
+// Not implemented: bidirectional tests (-b), duration mode for the send
+// and latency tools, UD connections (-c UD), SRQ, -z and events (-e is
+// accepted: uroce always sleeps on its completion queues).
 //
 // uroce's own options: Config.BadRKey makes every RDMA operation of the
 // test hit a key the peer does not have (a remote access error case),

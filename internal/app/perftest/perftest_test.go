@@ -308,6 +308,10 @@ func TestConfigErrors(t *testing.T) {
 		"uc read":     {Tool: pt.ReadBW, UC: true},
 		"uc atomic":   {Tool: pt.AtomicBW, UC: true},
 		"uc rdma_cm":  {Tool: pt.WriteBW, UC: true, RDMACM: true},
+		"-D send":     {Tool: pt.SendBW, Duration: time.Second},
+		"-D lat":      {Tool: pt.WriteLat, Duration: time.Second},
+		"-D margin":   {Tool: pt.WriteBW, Duration: 4 * time.Second, Margin: 2 * time.Second, marginSet: true},
+		"-D all":      {Tool: pt.WriteBW, Duration: time.Second, All: true},
 	} {
 		cfg.Connect = func(context.Context) (net.Conn, error) { return nil, errors.New("unused") }
 		if err := cfg.normalize(); err == nil {
@@ -317,6 +321,36 @@ func TestConfigErrors(t *testing.T) {
 	c := Config{Tool: pt.WriteBW, Size: 10000, Iters: 50, TxDepth: 200, Connect: func(context.Context) (net.Conn, error) { return nil, nil }}
 	if err := c.normalize(); err != nil || c.TxDepth != 50 || c.CQMod != 1 {
 		t.Errorf("normalize: %v, tx %d, cq_mod %d; want tx 50, cq_mod 1", err, c.TxDepth, c.CQMod)
+	}
+}
+
+// TestDuration runs the WRITE, READ and atomic bandwidth clients for a
+// second each (-D 1, no margin) and checks their reports: some
+// iterations, no peak (as perftest's duration mode), an average.
+func TestDuration(t *testing.T) {
+	for _, tool := range []pt.Tool{pt.WriteBW, pt.ReadBW, pt.AtomicBW} {
+		t.Run(tool.String(), func(t *testing.T) {
+			p := apptest.NewPair(t, 1500, nil)
+			cfg := Config{Tool: tool, Size: 4096, Duration: time.Second, GIDIndex: AutoGID}
+			if tool == pt.AtomicBW {
+				cfg.Size = 0
+			}
+			s, c := runPair(t, p, cfg, cfg)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
+			}
+			lines := results(t, "client", c.out.String(), tool, false)
+			if len(lines) != 1 {
+				t.Fatalf("%d result lines", len(lines))
+			}
+			m := bwLineRE.FindStringSubmatch(lines[0])
+			if m == nil || m[2] == "0" || m[3] != "0.00" || m[4] == "0.00" {
+				t.Errorf("duration report %q: want iterations, no peak, an average", lines[0])
+			}
+			if r := c.res.Reports; len(r) != 1 || r[0].Iters%uint64(DefaultCQMod) != 0 {
+				t.Errorf("reports %+v: iterations not counted in CQ moderation units", r)
+			}
+		})
 	}
 }
 

@@ -548,9 +548,12 @@ func (s *session) run(r int) error {
 	case pt.WriteBW, pt.ReadBW, pt.AtomicBW, pt.SendBW:
 		var rep pt.Report
 		var err error
-		if cfg.Client {
+		switch {
+		case cfg.Client && cfg.Duration > 0:
+			rep, err = s.runBWDuration(size)
+		case cfg.Client:
 			rep, err = s.runBW(size)
-		} else {
+		default:
 			if cfg.LateRecv > 0 {
 				time.Sleep(cfg.LateRecv)
 				if err := s.postRecvs(r); err != nil {
