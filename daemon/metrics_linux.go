@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -25,6 +26,8 @@ import (
 //	uroce_sessions                                      connected clients
 //	uroce_session_objects{session,pid,comm,kind}        objects a session holds
 //	uroce_session_mr_bytes{session,pid,comm}            bytes it registered
+//	uroce_cm_<counter>_total{device,netdev}             the RDMA CM agent's (mads_sent, no_listener, …)
+//	uroce_cm_connections{device,netdev}                 connections the agent holds
 //	uroce_uptime_seconds                                since Listen
 //
 // Counters keep the rdma_rxe and mlx5 names, as `rdma statistic` shows
@@ -51,6 +54,7 @@ type statCollector struct {
 	s      *Server
 	device map[string]*prometheus.Desc // by counter name
 	qp     map[string]*prometheus.Desc
+	cm     map[string]*prometheus.Desc
 	all    []*prometheus.Desc
 
 	qpState, sessions, objects, mrBytes, uptime *prometheus.Desc
@@ -62,7 +66,8 @@ var (
 )
 
 func newStatCollector(s *Server) *statCollector {
-	c := &statCollector{s: s, device: map[string]*prometheus.Desc{}, qp: map[string]*prometheus.Desc{}}
+	c := &statCollector{s: s, device: map[string]*prometheus.Desc{}, qp: map[string]*prometheus.Desc{},
+		cm: map[string]*prometheus.Desc{}}
 	add := func(d *prometheus.Desc) *prometheus.Desc {
 		c.all = append(c.all, d)
 		return d
@@ -76,6 +81,13 @@ func newStatCollector(s *Server) *statCollector {
 		c.qp[name] = add(prometheus.NewDesc("uroce_qp_"+name+"_total",
 			"QP counter "+name+" (as rdma statistic show qp shows it).", qpLabels, nil))
 	})
+	for _, name := range rdmacm.CounterNames {
+		metric := "uroce_" + name + "_total"
+		if name == "cm_connections" {
+			metric = "uroce_" + name
+		}
+		c.cm[name] = add(prometheus.NewDesc(metric, "RDMA CM agent counter "+name+".", []string{"device", "netdev"}, nil))
+	}
 	c.qpState = add(prometheus.NewDesc("uroce_qp_state", "A QP's state: 1, with the state as a label.",
 		append(qpLabels[:len(qpLabels):len(qpLabels)], "state"), nil))
 	c.sessions = add(prometheus.NewDesc("uroce_sessions", "Clients connected to the daemon.", nil, nil))
@@ -101,6 +113,15 @@ func (c *statCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, v := range dev.Counters {
 		if d := c.device[name]; d != nil {
 			emit(ch, d, prometheus.CounterValue, float64(v), dev.Name, dev.Netdev)
+		}
+	}
+	for name, v := range dev.CM {
+		if d := c.cm[name]; d != nil {
+			t := prometheus.CounterValue
+			if name == "cm_connections" {
+				t = prometheus.GaugeValue
+			}
+			emit(ch, d, t, float64(v), dev.Name, dev.Netdev)
 		}
 	}
 	for i := range st.QPs {

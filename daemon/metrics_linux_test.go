@@ -112,6 +112,19 @@ func TestMetrics(t *testing.T) {
 	if mfs["uroce_device_sent_pkts_total"].GetType() != dto.MetricType_COUNTER {
 		t.Errorf("uroce_device_sent_pkts_total is a %v", mfs["uroce_device_sent_pkts_total"].GetType())
 	}
+	// The CM agent's counters, every one of them.
+	if len(before.Device.CM) == 0 {
+		t.Error("Stats has no CM counters")
+	}
+	for name, lo := range before.Device.CM {
+		metric := "uroce_" + name + "_total"
+		if name == "cm_connections" {
+			metric = "uroce_" + name
+		}
+		if v, ok := metricValue(mfs, metric, dev); !ok || v < float64(lo) || v > float64(after.Device.CM[name]) && name != "cm_connections" {
+			t.Errorf("%s %v (present %v), Stats %d", metric, v, ok, lo)
+		}
+	}
 
 	if len(before.QPs) != 1 || before.QPs[0].QPN != qa.QPN() {
 		t.Fatalf("Stats QPs %+v, want QP %d", before.QPs, qa.QPN())

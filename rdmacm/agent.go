@@ -171,6 +171,12 @@ func (a *Agent) Close() error {
 // CM's retries make up for them).
 func (a *Agent) SendDrops() uint64 { return a.sendDrops.Load() }
 
+// CounterNames are the names of CounterMap's counters;
+// cm_connections is a gauge, the others only grow.
+var CounterNames = []string{"cm_mads_received", "cm_mads_sent", "cm_mads_resent", "cm_malformed", "cm_not_cm",
+	"cm_unsupported", "cm_unknown_connection", "cm_duplicates", "cm_unexpected", "cm_no_listener", "cm_refused",
+	"cm_stale", "cm_timeouts", "cm_queue_drops", "cm_send_drops", "cm_connections"}
+
 // CounterMap returns the agent's counters by name, as uroce stat shows
 // them: the state machine's, the connections it holds and the MADs it
 // could not send.
@@ -178,11 +184,13 @@ func (a *Agent) CounterMap() map[string]uint64 {
 	a.mu.Lock()
 	c, n := a.m.Counters(), a.m.Len()
 	a.mu.Unlock()
-	return map[string]uint64{"cm_mads_received": c.Received, "cm_mads_sent": c.Sent, "cm_mads_resent": c.Resent,
-		"cm_malformed": c.Malformed, "cm_not_cm": c.NotCM, "cm_unsupported": c.Unsupported,
-		"cm_unknown_connection": c.UnknownConn, "cm_duplicates": c.Duplicates, "cm_unexpected": c.Unexpected,
-		"cm_no_listener": c.NoListener, "cm_refused": c.Refused, "cm_stale": c.Stale, "cm_timeouts": c.Timeouts,
-		"cm_queue_drops": c.QueueDrops, "cm_send_drops": a.sendDrops.Load(), "cm_connections": uint64(n)}
+	v := []uint64{c.Received, c.Sent, c.Resent, c.Malformed, c.NotCM, c.Unsupported, c.UnknownConn, c.Duplicates,
+		c.Unexpected, c.NoListener, c.Refused, c.Stale, c.Timeouts, c.QueueDrops, a.sendDrops.Load(), uint64(n)}
+	m := make(map[string]uint64, len(CounterNames))
+	for i, name := range CounterNames {
+		m[name] = v[i]
+	}
+	return m
 }
 
 // Counters returns the state machine's counters.
