@@ -40,6 +40,33 @@ func FuzzHandle(f *testing.F) {
 		msg(proto.OpDestroyChannel, &proto.Handle{Handle: 1}), msg(proto.OpStat, &proto.StatReq{})))
 	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateSRQ, &proto.CreateSRQ{PD: 1, MaxWR: 4, MaxSGE: 1}),
 		msg(proto.OpCreateAH, &proto.CreateAH{PD: 1, Attr: proto.AHAttr{SGIDIndex: 1}}), msg(proto.OpDeallocPD, &proto.Handle{Handle: 1})))
+	// RDMA CM: a channel, IDs, bind, resolution, listen, connect and
+	// the manual-QP requests, events, migration, teardown.
+	v4 := func(a, b, c, d byte, port uint16) proto.CMAddr {
+		return proto.CMAddr{Family: proto.AFInet, Port: port, Addr: [16]byte{10: 0xff, 11: 0xff, 12: a, 13: b, 14: c, 15: d}}
+	}
+	f.Add(seed(hello, msg(proto.OpCMCreateChannel, nil),
+		msg(proto.OpCMCreateID, &proto.CMCreateID{Channel: 1, PS: proto.PSTCP, QPType: proto.QPTypeRC}),
+		msg(proto.OpCMBind, &proto.CMBind{ID: 2, Addr: v4(192, 0, 2, 1, 7000)}),
+		msg(proto.OpCMListen, &proto.CMListen{ID: 2, Backlog: 4}),
+		msg(proto.OpCMCreateID, &proto.CMCreateID{Channel: 1, PS: proto.PSUDP}),
+		msg(proto.OpCMResolveAddr, &proto.CMResolve{ID: 3, TimeoutMS: 1, Dst: v4(192, 0, 2, 9, 7000)}),
+		msg(proto.OpCMResolveRoute, &proto.CMResolve{ID: 3}),
+		msg(proto.OpCMGetEvent, &proto.Handle{Handle: 1}),
+		msg(proto.OpCMCreateChannel, nil), msg(proto.OpCMMigrateID, &proto.CMMigrateID{ID: 3, Channel: 4}),
+		msg(proto.OpCMInitQPAttr, &proto.CMInitQPAttr{ID: 2, State: 2}),
+		msg(proto.OpCMEstablish, &proto.Handle{Handle: 3}), msg(proto.OpCMDisconnect, &proto.Handle{Handle: 3}),
+		msg(proto.OpCMDestroyChannel, &proto.Handle{Handle: 1}), msg(proto.OpCMDestroyID, &proto.Handle{Handle: 2})))
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8}),
+		msg(proto.OpCreateQP, &proto.CreateQP{PD: 1, Type: proto.QPTypeRC, SendCQ: 2, RecvCQ: 2, MaxSendWR: 4, MaxRecvWR: 4}),
+		msg(proto.OpCMCreateChannel, nil),
+		msg(proto.OpCMCreateID, &proto.CMCreateID{Channel: 4, PS: proto.PSTCP}),
+		msg(proto.OpCMResolveAddr, &proto.CMResolve{ID: 5, Dst: v4(192, 0, 2, 1, 7001)}),
+		msg(proto.OpCMResolveRoute, &proto.CMResolve{ID: 5}),
+		msg(proto.OpCMConnect, &proto.CMConnect{ID: 5, QP: 3, Param: proto.CMConnParam{PrivateDataLen: 200}}),
+		msg(proto.OpCMConnect, &proto.CMConnect{ID: 5, Param: proto.CMConnParam{QPN: 0x11}}),
+		msg(proto.OpCMAccept, &proto.CMConnect{ID: 5, QP: 3}),
+		msg(proto.OpCMReject, &proto.CMReject{ID: 5, PrivateDataLen: 999})))
 	f.Add([]byte{})
 
 	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})
