@@ -141,9 +141,11 @@ func (ss *session) identify() error {
 	if cerr != nil {
 		return fmt.Errorf("peer credentials: %w", cerr)
 	}
-	ss.pid, ss.uid = cred.Pid, cred.Uid
 	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(int(cred.Pid)) + "/comm")
+	ss.mu.Lock() // Stats reads them
+	ss.pid, ss.uid = cred.Pid, cred.Uid
 	ss.comm = strings.TrimSpace(string(comm))
+	ss.mu.Unlock()
 	gids := append([]int{int(cred.Gid)}, groupsOf(int(cred.Pid))...)
 	if !ss.srv.allowed(cred.Uid, gids) {
 		msg := fmt.Sprintf("uid %d may not use %s: the daemon admits root, its own user", cred.Uid, ss.srv.cfg.Name)

@@ -413,9 +413,9 @@ func (a *Agent) dispatch(e *cm.Event) {
 		w.priv = e.PrivateData
 		if w.manual {
 			// The application moves its QP, then calls Establish.
-			if w.replied != nil {
+			if !w.gotREP {
+				w.gotREP = true
 				close(w.replied)
-				w.replied = nil
 			}
 			return
 		}

@@ -47,7 +47,8 @@ func (e *RejectError) Unwrap() error { return ErrRejected }
 type waiter struct {
 	qp       *stack.QP // nil: the application moves its QP (manual)
 	manual   bool
-	replied  chan struct{} // manual, active: closed when the REP came
+	replied  chan struct{} // manual, active: closed when the REP came ...
+	gotREP   bool          // ... (under the agent's mutex)
 	sgid     int
 	peer     netip.Addr
 	rep      mad.REPFields

@@ -57,10 +57,11 @@ func (a *Agent) DialManual(ctx context.Context, qpn uint32, psn stack.PSN, addr 
 		return nil, fmt.Errorf("dial %v: %w", addr, err)
 	}
 	a.waiters[id] = w
+	replied := w.replied // closed, never replaced, when the REP comes
 	a.flushLocked()
 	a.mu.Unlock()
 	select {
-	case <-w.replied:
+	case <-replied:
 	case <-w.gone:
 		a.mu.Lock()
 		err := w.result()
