@@ -434,7 +434,12 @@ func (ss *session) createQP(req *proto.CreateQP) (any, int, error) {
 			lim.MaxQPWR, lim.MaxSGE, lim.MaxInline)}
 	}
 	o := &qpObj{pd: pd, sendCQ: scq, recvCQ: rcq, srq: srq, typ: typ, hasRQ: srq == nil,
-		maxSendSGE: max(int(req.MaxSendSGE), 1), maxRecvSGE: max(int(req.MaxRecvSGE), 1), maxInline: int(req.MaxInline)}
+		maxSendSGE: max(int(req.MaxSendSGE), 1), maxRecvSGE: max(int(req.MaxRecvSGE), 1)}
+	// A send slot holds the SGEs or the inline data: as rdma_rxe and the
+	// RNICs grant, the inline capacity is at least what the SGEs' room
+	// holds (programs send small inline messages on QPs that asked for
+	// none: rdma_xclient).
+	o.maxInline = min(max(int(req.MaxInline), o.maxSendSGE*proto.SGELen), lim.MaxInline)
 	sendWR := proto.Slots(max(int(req.MaxSendWR), 1))
 	recvWR := proto.Slots(max(int(req.MaxRecvWR), 1))
 	init := stack.QPInit{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, MaxSendWR: sendWR, MaxRecvWR: recvWR,

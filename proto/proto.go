@@ -433,7 +433,9 @@ type CreateQP struct {
 }
 
 // CreateQPResp answers CreateQP; the rings' memfd comes with it. The
-// capabilities are what the QP got (at least what was asked).
+// capabilities are what the QP got (at least what was asked; the inline
+// capacity at least 16 bytes per send SGE, the room the SGEs take in a
+// send slot).
 type CreateQPResp struct {
 	QP          uint32
 	QPN         uint32

@@ -68,7 +68,8 @@ func short(s string) string {
 // each ping checked; also -q, QPs the program moves itself), ucmatose (two connections, SENDs both ways; with
 // -m, migrated to new channels), cmtime (50 connections at once, a
 // threaded server), udaddy (UD through SIDR), rdma_server
-// and rdma_client (synchronous IDs, rdma_create_ep), perftest's -R, a
+// and rdma_client (synchronous IDs, rdma_create_ep), rdma_xserver and
+// rdma_xclient (RC, an inline SEND), perftest's -R, a
 // connection to a port nobody listens on, and a listener whose daemon
 // stops (DEVICE_REMOVAL).
 func TestStockRDMACM(t *testing.T) {
@@ -182,6 +183,20 @@ func TestStockRDMACM(t *testing.T) {
 		}
 		if !strings.Contains(c.out.String(), "rdma_client: end 0") {
 			t.Errorf("rdma_client: %s", c.out.String())
+		}
+	})
+
+	// rdma_xserver and rdma_xclient (RC): a SEND with IBV_SEND_INLINE on
+	// a QP that asked for no inline data, as rdma_rxe and the RNICs
+	// grant the SGEs' room.
+	t.Run("rdma_xserver", func(t *testing.T) {
+		if _, err := exec.LookPath("rdma_xserver"); err != nil {
+			t.Skip("skipping: rdma_xserver is not installed (Debian package rdmacm-utils)")
+		}
+		s, c := n.cmPair(t, []string{"rdma_xserver", "-p", "7208"},
+			[]string{"rdma_xclient", "-s", addr, "-p", "7208"}, "rdma_connect: Connection refused")
+		if !strings.Contains(s.out.String(), "rdma_xserver: end 0") || !strings.Contains(c.out.String(), "rdma_xclient: end 0") {
+			t.Errorf("rdma_xserver: %s\nrdma_xclient: %s", s.out.String(), c.out.String())
 		}
 	})
 
