@@ -311,6 +311,10 @@ func (r *run) server(ctx context.Context) error {
 		return fmt.Errorf("failure trying to listen: %w", err)
 	}
 	defer ln.Close()
+	// Every request is answered as it comes (ucmatose's rdma_accept does
+	// not wait); the RTUs are waited for once all are: a request left
+	// waiting behind another's RTU could outlast the CM's patience.
+	var answers []*rdmacm.Answering
 	for len(r.nodes) < cfg.Connections {
 		req, err := ln.Accept(ctx)
 		if err != nil {
@@ -324,7 +328,15 @@ func (r *run) server(ctx context.Context) error {
 		}
 		r.nodes = append(r.nodes, n)
 		rr, id := req.Offer()
-		if n.conn, err = req.AcceptWith(n.qp, nil, rdmacm.AcceptOptions{ResponderResources: rr, InitiatorDepth: id}); err != nil {
+		p, err := req.Answer(n.qp, nil, rdmacm.AcceptOptions{ResponderResources: rr, InitiatorDepth: id})
+		if err != nil {
+			return eventError(err)
+		}
+		answers = append(answers, p)
+	}
+	for i, p := range answers {
+		var err error
+		if r.nodes[i].conn, err = p.Wait(); err != nil {
 			return eventError(err)
 		}
 	}
