@@ -193,13 +193,8 @@ func (ss *session) handleCM(h proto.Header, body []byte) (any, int, error) {
 		// Not EFD_NONBLOCK: the flag belongs to the file, which the
 		// client shares; its reads block unless it asks otherwise. The
 		// daemon only writes, which blocks only at a count of 2^64-1.
-		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_SEMAPHORE)
+		efd, dup, err := eventfdPair(unix.EFD_SEMAPHORE)
 		if err != nil {
-			return nil, -1, err
-		}
-		dup, err := unix.Dup(efd)
-		if err != nil {
-			unix.Close(efd)
 			return nil, -1, err
 		}
 		hd, _ := ss.add(kindCMChannel, &cmChannelObj{efd: efd})
@@ -615,6 +610,30 @@ func checkCMQP(id *cmIDObj, q *qpObj) error {
 	return nil
 }
 
+// cmRequestQP checks what a connect or accept (what) names: the QP,
+// whether the client moves it itself (manual: no handle, an RC ID), and
+// the private data's length, at most most bytes (mostUD for a UD ID).
+func (ss *session) cmRequestQP(id *cmIDObj, req *proto.CMConnect, what string, most, mostUD int) (q *qpObj, manual bool, n int, err error) {
+	if q, err = ss.cmQP(req.QP, req.Param.QPN); err != nil {
+		return nil, false, 0, err
+	}
+	manual = req.QP == 0 && id.qpType == proto.QPTypeRC
+	if manual {
+		if q.typ != stack.RC {
+			return nil, false, 0, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("%s: qp 0x%x is not RC", what, q.q.QPN())}
+		}
+	} else if err := checkCMQP(id, q); err != nil {
+		return nil, false, 0, err
+	}
+	if id.qpType == proto.QPTypeUD {
+		most = mostUD
+	}
+	if n = int(req.Param.PrivateDataLen); n > most {
+		return nil, false, 0, errnoErr{unix.EINVAL, fmt.Sprintf("%s: %d bytes of private data, %d fit", what, n, most)}
+	}
+	return q, manual, n, nil
+}
+
 // cmConnect sends the REQ on a goroutine that reports ESTABLISHED,
 // REJECTED or UNREACHABLE.
 func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
@@ -622,24 +641,9 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	q, err := ss.cmQP(req.QP, req.Param.QPN)
+	q, manual, n, err := ss.cmRequestQP(id, req, "connect", rdmacm.MaxDialData, rdmacm.MaxResolveData)
 	if err != nil {
 		return err
-	}
-	manual := req.QP == 0 && id.qpType == proto.QPTypeRC
-	if manual {
-		if q.typ != stack.RC {
-			return errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("connect: qp 0x%x is not RC", q.q.QPN())}
-		}
-	} else if err := checkCMQP(id, q); err != nil {
-		return err
-	}
-	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxDialData
-	if id.qpType == proto.QPTypeUD {
-		most = rdmacm.MaxResolveData
-	}
-	if n > most {
-		return errnoErr{unix.EINVAL, fmt.Sprintf("connect: %d bytes of private data, %d fit", n, most)}
 	}
 	id.mu.Lock()
 	if id.state != cmRouteResolved {
@@ -687,24 +691,9 @@ func (ss *session) cmConnect(id *cmIDObj, req *proto.CMConnect) error {
 // cmAccept answers a connection request: when it returns the QP is in
 // RTS and the REP sent; ESTABLISHED follows the RTU.
 func (ss *session) cmAccept(id *cmIDObj, req *proto.CMConnect) error {
-	q, err := ss.cmQP(req.QP, req.Param.QPN)
+	q, manual, n, err := ss.cmRequestQP(id, req, "accept", rdmacm.MaxAcceptData, rdmacm.MaxUDAcceptData)
 	if err != nil {
 		return err
-	}
-	manual := req.QP == 0 && id.qpType == proto.QPTypeRC
-	if manual {
-		if q.typ != stack.RC {
-			return errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("accept: qp 0x%x is not RC", q.q.QPN())}
-		}
-	} else if err := checkCMQP(id, q); err != nil {
-		return err
-	}
-	n, most := int(req.Param.PrivateDataLen), rdmacm.MaxAcceptData
-	if id.qpType == proto.QPTypeUD {
-		most = rdmacm.MaxUDAcceptData
-	}
-	if n > most {
-		return errnoErr{unix.EINVAL, fmt.Sprintf("accept: %d bytes of private data, %d fit", n, most)}
 	}
 	id.mu.Lock()
 	r := id.req

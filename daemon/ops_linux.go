@@ -102,13 +102,8 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 		if err := ss.room(kindChannel); err != nil {
 			return nil, -1, err
 		}
-		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		efd, dup, err := eventfdPair(unix.EFD_NONBLOCK)
 		if err != nil {
-			return nil, -1, err
-		}
-		dup, err := unix.Dup(efd)
-		if err != nil {
-			unix.Close(efd)
 			return nil, -1, err
 		}
 		hd, _ := ss.add(kindChannel, &channelObj{efd: efd})

@@ -367,6 +367,19 @@ func errnoOf(err error) syscall.Errno {
 	return unix.EINVAL
 }
 
+// eventfdPair creates an eventfd and a duplicate of it to pass to the
+// client (which the reply closes once sent).
+func eventfdPair(flags int) (efd, dup int, err error) {
+	if efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|flags); err != nil {
+		return -1, -1, err
+	}
+	if dup, err = unix.Dup(efd); err != nil {
+		unix.Close(efd)
+		return -1, -1, err
+	}
+	return efd, dup, nil
+}
+
 func closeFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)

@@ -37,16 +37,7 @@ const (
 
 // parseSIDRRequest is parseRequest for a SIDR_REQ.
 func parseSIDRRequest(r *mad.SIDRREQFields) (src, dst netip.AddrPort, data []byte, ok bool) {
-	if !r.ServiceID.IsIP() {
-		return src, dst, nil, false
-	}
-	h, ok := mad.ParseCMAHeader(r.PrivateData[:])
-	if !ok {
-		return src, dst, nil, false
-	}
-	src = netip.AddrPortFrom(h.SrcIP(), h.SrcPort())
-	dst = netip.AddrPortFrom(h.DstIP(), r.ServiceID.Port())
-	return src, dst, append([]byte(nil), r.PrivateData[mad.CMAHeaderLen:]...), true
+	return parseAddressing(r.ServiceID, r.PrivateData[:])
 }
 
 // requestData builds a REQ's private data as librdmacm does: the
@@ -69,16 +60,23 @@ func requestData(dst []byte, src, to netip.AddrPort, data []byte) error {
 // addressing header and the application's data. The destination port
 // is the service ID's.
 func parseRequest(r *mad.REQFields) (src, dst netip.AddrPort, data []byte, ok bool) {
-	if !r.ServiceID.IsIP() {
+	return parseAddressing(r.ServiceID, r.PrivateData[:])
+}
+
+// parseAddressing splits the private data of a request for service sid
+// (a REQ's or a SIDR_REQ's) into the addresses of its addressing header
+// and a copy of the application's data after it.
+func parseAddressing(sid mad.ServiceID, priv []byte) (src, dst netip.AddrPort, data []byte, ok bool) {
+	if !sid.IsIP() {
 		return src, dst, nil, false
 	}
-	h, ok := mad.ParseCMAHeader(r.PrivateData[:])
+	h, ok := mad.ParseCMAHeader(priv)
 	if !ok {
 		return src, dst, nil, false
 	}
 	src = netip.AddrPortFrom(h.SrcIP(), h.SrcPort())
-	dst = netip.AddrPortFrom(h.DstIP(), r.ServiceID.Port())
-	return src, dst, append([]byte(nil), r.PrivateData[mad.CMAHeaderLen:]...), true
+	dst = netip.AddrPortFrom(h.DstIP(), sid.Port())
+	return src, dst, append([]byte(nil), priv[mad.CMAHeaderLen:]...), true
 }
 
 // SourceFor returns the index of the device's GID and the source

@@ -8,6 +8,7 @@ import (
 	pt "github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/verbs"
 )
 
 // runBW is the client's measured run of the bandwidth tools
@@ -22,50 +23,19 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 	tot := iters * uint64(nq)
 	posted := make([]int64, tot)
 	completed := make([]int64, tot)
-	scnt := make([]uint64, nq)
-	ccnt := make([]uint64, nq)
-	loc := make([]uint64, nq)
-	rem := make([]uint64, nq)
-	for i := range s.qps {
-		loc[i] = s.mr.Addr() + uint64(i)*s.buffSize
-		rem[i] = s.remote[i].VAddr
-	}
-	cqMod := uint64(cfg.CQMod)
-	tx := uint64(cfg.TxDepth)
-	pl := uint64(cfg.PostList)
-	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
-		// READs in flight: at most the read window's worth (but one).
-		win := uint64(cfg.ReadWindow)
-		if win == 0 {
-			win = DefaultReadWindow
-		}
-		if n := max(win/size, 1); n < tx {
-			tx = n
-		}
-		// Every completion must come within the window.
-		cqMod = min(cqMod, tx)
-	}
-	pl = min(pl, tx)
+	c := s.newBWCursor(size)
+	scnt, ccnt, tx, cqMod := c.scnt, c.ccnt, c.tx, c.cqMod
+	pl := min(uint64(cfg.PostList), tx)
 	var totS, totC uint64
 	for totS < tot || totC < tot {
 		for i, q := range s.qps {
 			// A post list of pl requests goes when it fits whole.
 			for scnt[i] < iters && scnt[i]-ccnt[i]+pl <= tx {
 				for range pl {
-					wr := s.opWR(i, loc[i], rem[i], size)
-					if scnt[i]%cqMod == cqMod-1 || scnt[i] == iters-1 {
-						wr.Flags |= stack.SendSignaled
-					}
 					posted[totS] = s.now()
-					if err := q.PostSend(wr); err != nil {
-						return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
+					if err := s.postBW(c, i, q, size, scnt[i] == iters-1); err != nil {
+						return pt.Report{}, err
 					}
-					base := s.mr.Addr() + uint64(i)*s.buffSize
-					loc[i] = s.incLoc(loc[i], base, size, scnt[i])
-					if cfg.verb() != pt.Send {
-						rem[i] = s.incLoc(rem[i], s.remote[i].VAddr, size, scnt[i])
-					}
-					scnt[i]++
 					totS++
 				}
 			}
@@ -173,25 +143,8 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 	cfg := &s.cfg
 	nq := len(s.qps)
-	scnt := make([]uint64, nq)
-	ccnt := make([]uint64, nq)
-	loc := make([]uint64, nq)
-	rem := make([]uint64, nq)
-	for i := range s.qps {
-		loc[i] = s.mr.Addr() + uint64(i)*s.buffSize
-		rem[i] = s.remote[i].VAddr
-	}
-	cqMod := uint64(cfg.CQMod)
-	tx := uint64(cfg.TxDepth)
-	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
-		// As runBW: READs in flight at most the read window's worth.
-		win := uint64(cfg.ReadWindow)
-		if win == 0 {
-			win = DefaultReadWindow
-		}
-		tx = min(tx, max(win/size, 1))
-		cqMod = min(cqMod, tx)
-	}
+	c := s.newBWCursor(size)
+	scnt, ccnt, tx, cqMod := c.scnt, c.ccnt, c.tx, c.cqMod
 	start := time.Now()
 	sampleFrom, sampleTo, end := start.Add(cfg.Margin), start.Add(cfg.Duration-cfg.Margin), start.Add(cfg.Duration)
 	var counted uint64
@@ -210,19 +163,9 @@ func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 			// Past the end, only what completes a signaled group
 			// still goes, so that every request's completion comes.
 			for scnt[i]-ccnt[i]+1 <= tx && (!stopping || scnt[i]%cqMod != 0) {
-				wr := s.opWR(i, loc[i], rem[i], size)
-				if scnt[i]%cqMod == cqMod-1 {
-					wr.Flags |= stack.SendSignaled
+				if err := s.postBW(c, i, q, size, false); err != nil {
+					return pt.Report{}, err
 				}
-				if err := q.PostSend(wr); err != nil {
-					return pt.Report{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
-				}
-				base := s.mr.Addr() + uint64(i)*s.buffSize
-				loc[i] = s.incLoc(loc[i], base, size, scnt[i])
-				if cfg.verb() != pt.Send {
-					rem[i] = s.incLoc(rem[i], s.remote[i].VAddr, size, scnt[i])
-				}
-				scnt[i]++
 				totS++
 			}
 		}
@@ -256,4 +199,54 @@ func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 	}
 	return pt.Report{Size: size, Iters: counted, BWAvg: float64(size) * float64(counted) / (window * format),
 		MsgRate: float64(counted) / (window * 1e6)}, nil
+}
+
+// bwCursor is where a bandwidth client's QPs are: requests posted
+// (scnt) and completed (ccnt), the next local and remote addresses in
+// the cycle buffers, and the window the run keeps (tx) with its
+// signaling interval (cqMod).
+type bwCursor struct {
+	scnt, ccnt, loc, rem []uint64
+	tx, cqMod            uint64
+}
+
+func (s *session) newBWCursor(size uint64) *bwCursor {
+	cfg := &s.cfg
+	nq := len(s.qps)
+	c := &bwCursor{scnt: make([]uint64, nq), ccnt: make([]uint64, nq), loc: make([]uint64, nq),
+		rem: make([]uint64, nq), tx: uint64(cfg.TxDepth), cqMod: uint64(cfg.CQMod)}
+	for i := range s.qps {
+		c.loc[i] = s.mr.Addr() + uint64(i)*s.buffSize
+		c.rem[i] = s.remote[i].VAddr
+	}
+	if cfg.verb() == pt.Read && cfg.ReadWindow >= 0 {
+		// READs in flight: at most the read window's worth (but one).
+		win := uint64(cfg.ReadWindow)
+		if win == 0 {
+			win = DefaultReadWindow
+		}
+		c.tx = min(c.tx, max(win/size, 1))
+		// Every completion must come within the window.
+		c.cqMod = min(c.cqMod, c.tx)
+	}
+	return c
+}
+
+// postBW posts QP i's next request, signaled every cq_mod-th or when
+// last, and steps its addresses.
+func (s *session) postBW(c *bwCursor, i int, q verbs.QP, size uint64, last bool) error {
+	n := c.scnt[i]
+	wr := s.opWR(i, c.loc[i], c.rem[i], size)
+	if n%c.cqMod == c.cqMod-1 || last {
+		wr.Flags |= stack.SendSignaled
+	}
+	if err := q.PostSend(wr); err != nil {
+		return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, n, err)
+	}
+	c.loc[i] = s.incLoc(c.loc[i], s.mr.Addr()+uint64(i)*s.buffSize, size, n)
+	if s.cfg.verb() != pt.Send {
+		c.rem[i] = s.incLoc(c.rem[i], s.remote[i].VAddr, size, n)
+	}
+	c.scnt[i]++
+	return nil
 }
