@@ -39,10 +39,10 @@ func newPair(t *testing.T) *pair {
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	p := &pair{}
 	var err error
-	if p.a, err = stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb}); err != nil {
+	if p.a, err = stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, IdleSpin: spin}); err != nil {
 		t.Fatal(err)
 	}
-	if p.b, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb}); err != nil {
+	if p.b, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, IdleSpin: spin}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -59,7 +59,7 @@ func newPair(t *testing.T) *pair {
 
 func serve(t testing.TB, d *stack.Device, sock string) *daemon.Server {
 	t.Helper()
-	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe", Spin: spin})
+	s, err := daemon.Listen(daemon.Config{Device: d, Socket: sock, Netdev: "pipe"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,8 +380,8 @@ func TestManyClients(t *testing.T) {
 	}
 }
 
-// spin is how long the daemons' pollers spin before they sleep
-// (UROCE_DAEMON_SPIN, default the daemon's).
+// spin is how long the daemons' engines spin before they sleep
+// (UROCE_DAEMON_SPIN, default the stack's).
 var spin = func() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv("UROCE_DAEMON_SPIN"))
 	return d

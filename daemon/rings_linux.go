@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -122,9 +121,53 @@ func (o *qpObj) setupRings(sendWR, recvWR int) (int, proto.CreateQPResp, error) 
 	return fd, r, nil
 }
 
-// The poller.
+// The poller: the engines take the session's work requests from its
+// rings themselves (stack.Poller), and a goroutine waits on the doorbell
+// to wake them when they sleep.
 
-// startPoller starts the session's poller (at Hello).
+// ringPoller is the session's stack.Poller.
+type ringPoller struct{ ss *session }
+
+// Poll implements stack.Poller: it posts what the rings hold. An engine
+// that finds another engine polling the session goes on.
+func (p ringPoller) Poll() bool {
+	ss := p.ss
+	if !ss.pollMu.TryLock() {
+		return false
+	}
+	defer ss.pollMu.Unlock()
+	if ss.stopPoll.Load() || ss.broken.Load() {
+		return false
+	}
+	return ss.scan()
+}
+
+// Arm implements stack.Poller: the rings ask the client for the doorbell,
+// and it reports whether requests came in before that.
+func (p ringPoller) Arm() bool {
+	ss := p.ss
+	ss.pollMu.Lock()
+	defer ss.pollMu.Unlock()
+	if ss.stopPoll.Load() || ss.broken.Load() {
+		return false
+	}
+	ss.setWakeup(proto.FlagNeedWakeup)
+	return ss.scanPending()
+}
+
+// Disarm implements stack.Poller.
+func (p ringPoller) Disarm() {
+	ss := p.ss
+	ss.pollMu.Lock()
+	defer ss.pollMu.Unlock()
+	if ss.stopPoll.Load() {
+		return
+	}
+	ss.setWakeup(0)
+}
+
+// startPoller gives the device's engines the session's rings and starts
+// the doorbell's goroutine (at Hello).
 func (ss *session) startPoller() error {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -140,7 +183,9 @@ func (ss *session) startPoller() error {
 	unix.CloseOnExec(dup)
 	ss.doorbell = os.NewFile(uintptr(efd), "doorbell")
 	ss.dbSelf, ss.dbFD = efd, dup
-	go ss.poll()
+	ss.poller = ringPoller{ss}
+	ss.srv.cfg.Device.AddPoller(ss.poller)
+	go ss.waitDoorbell()
 	return nil
 }
 
@@ -149,60 +194,33 @@ func (ss *session) stopPoller() {
 		return
 	}
 	ss.stopPoll.Store(true)
+	ss.srv.cfg.Device.RemovePoller(ss.poller)
 	signal(ss.dbSelf)
 	<-ss.pollDone
 }
 
-// poll takes work requests from the session's rings while there are
-// any, spins a while when there are none, then sleeps on the doorbell.
-func (ss *session) poll() {
+// waitDoorbell wakes the engines whenever the client rings the doorbell
+// (it does when an engine armed the rings before sleeping), and ends the
+// session of a client that broke the ring protocol.
+func (ss *session) waitDoorbell() {
 	defer close(ss.pollDone)
 	var buf [8]byte
-	var idleSince time.Time
-	spin := ss.srv.cfg.Spin
-	for !ss.stopPoll.Load() && !ss.broken.Load() {
-		ss.pollMu.Lock()
-		work, backlog := ss.scan()
-		ss.pollMu.Unlock()
-		if work {
-			idleSince = time.Time{}
-			continue
+	for {
+		_, err := ss.doorbell.Read(buf[:])
+		if ss.broken.Load() {
+			ss.conn.Close() // the control goroutine ends the session
+			return
 		}
-		if backlog {
-			// Requests wait for room in a send queue: their
-			// completions will make it.
-			time.Sleep(20 * time.Microsecond)
-			continue
+		if err != nil || ss.stopPoll.Load() {
+			return
 		}
-		if idleSince.IsZero() {
-			idleSince = time.Now()
-		}
-		if time.Since(idleSince) < spin {
-			// The CPU goes to any other thread that wants it: the
-			// engines, and the clients, which are other processes.
-			yield()
-			continue
-		}
-		ss.pollMu.Lock()
-		ss.setWakeup(proto.FlagNeedWakeup)
-		_, pending := ss.scanPending()
-		ss.pollMu.Unlock()
-		if !pending {
-			ss.doorbell.Read(buf[:])
-		}
-		ss.pollMu.Lock()
-		ss.setWakeup(0)
-		ss.pollMu.Unlock()
-		idleSince = time.Time{}
-	}
-	if ss.broken.Load() {
-		ss.conn.Close() // the control goroutine ends the session
+		ss.srv.cfg.Device.Wake()
 	}
 }
 
-// addPolled gives the poller new rings (add puts them in its lists).
-// They start asking for a wake-up, and the poller is woken, so that a
-// poller asleep since before they existed sees them.
+// addPolled gives the engines new rings (add puts them in the session's
+// lists). They start asking for the doorbell, so that a client posting
+// while every engine sleeps wakes one.
 func (ss *session) addPolled(add func(), rings ...*proto.Ring) {
 	ss.pollMu.Lock()
 	for _, r := range rings {
@@ -212,7 +230,7 @@ func (ss *session) addPolled(add func(), rings ...*proto.Ring) {
 	}
 	add()
 	ss.pollMu.Unlock()
-	signal(ss.dbSelf)
+	ss.srv.cfg.Device.Wake()
 }
 
 func (ss *session) setWakeup(f uint32) {
@@ -227,30 +245,32 @@ func (ss *session) setWakeup(f uint32) {
 	}
 }
 
-// scanPending reports whether a ring holds requests.
-func (ss *session) scanPending() (bool, bool) {
+// scanPending reports whether a ring holds requests not yet taken.
+// Requests taken and waiting for room in a send or receive queue do not
+// count: the completions that make room wake the engines.
+func (ss *session) scanPending() bool {
 	for _, q := range *ss.qps.Load() {
-		if q.sn > 0 || q.rn > 0 || q.sq.Producer() != q.sqCons || (q.hasRQ && q.rq.Producer() != q.rqCons) {
-			return false, true
+		if q.sq.Producer() != q.sqCons || (q.hasRQ && q.rq.Producer() != q.rqCons) {
+			return true
 		}
 	}
 	for _, s := range *ss.srqs.Load() {
-		if s.n > 0 || s.ring.Producer() != s.cons {
-			return false, true
+		if s.ring.Producer() != s.cons {
+			return true
 		}
 	}
-	return false, false
+	return false
 }
 
-// scan posts what the rings hold. It reports whether it posted anything,
-// and whether requests remain for want of room.
-func (ss *session) scan() (work, backlog bool) {
+// scan posts what the rings hold and reports whether it posted anything.
+// Requests waiting for room are posted first, when there is some.
+func (ss *session) scan() (work bool) {
 	for _, q := range *ss.qps.Load() {
-		w, b := ss.drainSend(q)
-		work, backlog = work || w, backlog || b
-		if q.hasRQ {
-			w, b = ss.drainRecv(q)
-			work, backlog = work || w, backlog || b
+		if ss.drainSend(q) {
+			work = true
+		}
+		if q.hasRQ && ss.drainRecv(q) {
+			work = true
 		}
 	}
 	for _, s := range *ss.srqs.Load() {
@@ -258,13 +278,14 @@ func (ss *session) scan() (work, backlog bool) {
 			work = true
 		}
 	}
-	return work, backlog
+	return work
 }
 
 // lies ends the session of a client whose ring index is impossible.
 func (ss *session) lies(what string) {
 	if !ss.broken.Swap(true) {
 		ss.srv.log.Warn("client ring index lies; ending the session", "session", ss.id, "pid", ss.pid, "ring", what)
+		signal(ss.dbSelf) // its goroutine ends the session
 	}
 }
 
@@ -284,21 +305,21 @@ var wrOpcodes = [...]struct {
 // posts again at once. Requests the QP's send queue has no room for yet
 // wait in the poller's copies (the backlog) and are posted first on
 // the next scan.
-func (ss *session) drainSend(q *qpObj) (bool, bool) {
+func (ss *session) drainSend(q *qpObj) bool {
 	if q.sn > 0 {
-		done, full := ss.postSends(q, q.sb, q.sb+q.sn)
+		done := ss.postSends(q, q.sb, q.sb+q.sn)
 		q.sb += done
 		q.sn -= done
-		return done > 0, full
+		return done > 0
 	}
 	prod := q.sq.Producer()
 	n := prod - q.sqCons
 	if n == 0 {
-		return false, false
+		return false
 	}
 	if n > q.sq.Len() {
 		ss.lies("send")
-		return false, false
+		return false
 	}
 	k := int(min(n, uint32(len(q.swrs))))
 	for i := 0; i < k; i++ {
@@ -307,15 +328,15 @@ func (ss *session) drainSend(q *qpObj) (bool, bool) {
 	}
 	q.sqCons += uint32(k)
 	q.sq.SetConsumer(q.sqCons)
-	done, full := ss.postSends(q, 0, k)
+	done := ss.postSends(q, 0, k)
 	q.sb, q.sn = done, k-done
-	return true, full
+	return true
 }
 
 // postSends posts the built requests q.swrs[from:to], completing the
 // refused ones with their error. It returns how many it is done with
-// and whether the send queue was full.
-func (ss *session) postSends(q *qpObj, from, to int) (int, bool) {
+// (fewer when the send queue is full).
+func (ss *session) postSends(q *qpObj, from, to int) int {
 	i := from
 	for i < to {
 		if q.sst[i] != stack.WCSuccess {
@@ -333,14 +354,14 @@ func (ss *session) postSends(q *qpObj, from, to int) (int, bool) {
 			continue
 		}
 		if errors.Is(err, stack.ErrQueueFull) {
-			return i - from, true
+			return i - from
 		}
 		// Refused by the QP (its state, its attributes): an error
 		// completion.
 		q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[i].ID, Status: stack.WCLocQPOpErr, QPN: q.q.QPN()})
 		i++
 	}
-	return i - from, false
+	return i - from
 }
 
 // buildSend turns slot copy i of q into q.swrs[i]; it returns the status
@@ -388,22 +409,22 @@ func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
 
 // drainRecv takes the receive ring's new requests and posts them, as
 // drainSend does.
-func (ss *session) drainRecv(q *qpObj) (bool, bool) {
+func (ss *session) drainRecv(q *qpObj) bool {
 	if q.rn > 0 {
-		done, full := ss.postRecvs(q, q.rb, q.rb+q.rn)
+		done := ss.postRecvs(q, q.rb, q.rb+q.rn)
 		q.rb += done
 		q.rn -= done
 		q.rq.SetPosted(q.rqCons - uint32(q.rn))
-		return done > 0, full
+		return done > 0
 	}
 	prod := q.rq.Producer()
 	n := prod - q.rqCons
 	if n == 0 {
-		return false, false
+		return false
 	}
 	if n > q.rq.Len() {
 		ss.lies("receive")
-		return false, false
+		return false
 	}
 	k := int(min(n, uint32(len(q.rwrs))))
 	for i := 0; i < k; i++ {
@@ -426,14 +447,14 @@ func (ss *session) drainRecv(q *qpObj) (bool, bool) {
 	}
 	q.rqCons += uint32(k)
 	q.rq.SetConsumer(q.rqCons)
-	done, full := ss.postRecvs(q, 0, k)
+	done := ss.postRecvs(q, 0, k)
 	q.rb, q.rn = done, k-done
 	q.rq.SetPosted(q.rqCons - uint32(q.rn))
-	return true, full
+	return true
 }
 
 // postRecvs posts q.rwrs[from:to], as postSends does sends.
-func (ss *session) postRecvs(q *qpObj, from, to int) (int, bool) {
+func (ss *session) postRecvs(q *qpObj, from, to int) int {
 	i := from
 	for i < to {
 		if q.rst[i] != stack.WCSuccess {
@@ -451,12 +472,12 @@ func (ss *session) postRecvs(q *qpObj, from, to int) (int, bool) {
 			continue
 		}
 		if errors.Is(err, stack.ErrQueueFull) {
-			return i - from, true
+			return i - from
 		}
 		q.recvCQ.ring.pushNow(&stack.WC{ID: q.rwrs[i].ID, Status: stack.WCLocQPOpErr, Opcode: stack.WCRecv, QPN: q.q.QPN()})
 		i++
 	}
-	return i - from, false
+	return i - from
 }
 
 // drainSRQ takes the SRQ ring's new receives and posts them, as

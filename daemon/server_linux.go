@@ -8,13 +8,16 @@
 //
 // The server has one accepting goroutine (Serve). Each session has two:
 // the control goroutine reads requests and answers them in order (it
-// alone creates and destroys the session's objects), and the poller
-// takes work requests from the session's send, receive and SRQ rings and
-// posts them to the device's QPs. The device's engines write completions
-// into the CQ rings (cqRing, a stack.CQSink). The poller holds pollMu
-// while it scans; the control goroutine takes pollMu after removing an
-// object from the poller's lists and before unmapping its rings, so that
-// no ring is unmapped under a scan.
+// alone creates and destroys the session's objects), and the doorbell's
+// goroutine wakes the device's engines when the client rings it. The
+// engines themselves take the work requests from the session's send,
+// receive and SRQ rings (ringPoller, a stack.Poller) and post them, in
+// their own goroutines, so that a request passes from the client's
+// process to the wire with no hand-off between goroutines; they write
+// completions into the CQ rings (cqRing, a stack.CQSink). An engine
+// holds pollMu while it scans the session's rings; the control goroutine
+// takes pollMu after removing an object from the session's lists and
+// before unmapping its rings, so that no ring is unmapped under a scan.
 package daemon
 
 import (
@@ -44,8 +47,12 @@ type Limits struct {
 var DefaultLimits = Limits{QPs: 4096, CQs: 4096, MRs: 65536, PDs: 1024, SRQs: 1024, AHs: 1024, Channels: 1024,
 	MRBytes: 16 << 30}
 
-// DefaultSpin is the default of Config.Spin, and what uroce daemon gives
-// its engines as stack.Config.IdleSpin.
+// DefaultSpin is what uroce daemon gives its engines as
+// stack.Config.IdleSpin: how long an idle engine goes on polling its
+// queue and the clients' rings before it sleeps until a frame or a
+// doorbell. A client waiting for a round trip posts again within that
+// time and finds the engine awake: no doorbell, whose wake-up costs tens
+// of microseconds.
 const DefaultSpin = 500 * time.Microsecond
 
 // Config describes a daemon.
@@ -61,17 +68,7 @@ type Config struct {
 	// root and the daemon's own user.
 	Group  string
 	Limits Limits
-	// Spin is how long a session's poller keeps polling idle rings
-	// before it sleeps until the client rings the doorbell (default
-	// 500 µs). A client waiting for a round trip posts again within
-	// that time and finds the poller awake: no doorbell, whose wake-up
-	// costs tens of microseconds. The poller gives the CPU up between
-	// looks (sched_yield), to the engines and to the clients, which
-	// are other processes. The device's engines should spin as long
-	// (stack.Config.IdleSpin), or they fall asleep between the
-	// requests of a round trip that crosses processes.
-	Spin time.Duration
-	Log  *slog.Logger
+	Log    *slog.Logger
 }
 
 // Server is a running daemon.
@@ -104,9 +101,6 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
-	}
-	if cfg.Spin == 0 {
-		cfg.Spin = DefaultSpin
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

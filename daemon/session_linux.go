@@ -44,6 +44,7 @@ type session struct {
 	doorbell *os.File // eventfd the client writes
 	dbFD     int      // a duplicate, passed to the client
 	dbSelf   int      // its number, for the daemon's own wake-ups
+	poller   ringPoller
 	stopPoll atomic.Bool
 	pollDone chan struct{}
 	broken   atomic.Bool // the client broke the protocol: end the session

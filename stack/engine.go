@@ -33,6 +33,8 @@ type engine struct {
 	stop atomic.Bool
 	done chan struct{}
 
+	pollers []Poller // batchMu
+
 	// Owned by the engine goroutine.
 	rx       [][]byte
 	pkt      bth.Packet
@@ -151,8 +153,14 @@ func (e *engine) run() {
 			e.sleeping.Store(false)
 			continue
 		}
+		if e.arm() {
+			e.sleeping.Store(false)
+			e.disarm()
+			continue
+		}
 		e.link.Poll(e.timeout())
 		e.sleeping.Store(false)
+		e.disarm()
 	}
 }
 
@@ -206,6 +214,11 @@ func (e *engine) step() bool {
 	now := e.clock.Now()
 	work := false
 	sent0 := e.c.sentPkts
+
+	// The pollers' work requests kick their QPs: they go out below.
+	if len(e.pollers) > 0 && e.poll() {
+		work = true
+	}
 
 	if e.kickPending.Load() {
 		e.kickMu.Lock()

@@ -91,7 +91,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer dev.Close()
 	srv, err := daemon.Listen(daemon.Config{Device: dev, Name: *name, Netdev: *iface, Socket: *socket, Group: *group,
-		Limits: lim, Log: log, Spin: *spin})
+		Limits: lim, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 1
