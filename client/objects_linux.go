@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uroce/uroce/internal/spin"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
@@ -189,7 +190,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if i%16 == 15 && !time.Now().Before(until) {
 			break
 		}
-		yield()
+		spin.Relax(i + 1)
 	}
 	for {
 		if c.ring.Overrun() != 0 {
@@ -356,7 +357,7 @@ func waitPosted(r *proto.Ring, i uint32) {
 		if k%64 == 63 && time.Now().After(until) {
 			return
 		}
-		yield()
+		spin.Relax(k + 1)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/spin"
 )
 
 // engine runs one link queue and the QPs assigned to it. Everything but
@@ -119,30 +120,24 @@ func (e *engine) run() {
 			lastWork = time.Time{}
 			continue
 		}
+		idle++
 		if e.dev.cfg.BusyPoll {
-			runtime.Gosched()
+			e.relax(idle)
 			continue
 		}
 		// Polling a while before sleeping catches the next frame or
 		// post without the cost of parking and waking: in a stream of
 		// requests and ACKs, the gaps are shorter than idleSpin.
-		if idle < idleYields {
-			idle++
-			runtime.Gosched()
+		if idle <= idleYields {
+			e.relax(idle)
 			continue
 		}
-		if spin := e.idleSpin(); spin > 0 {
+		if d := e.idleSpin(); d > 0 {
 			if lastWork.IsZero() {
 				lastWork = time.Now()
 			}
-			if time.Since(lastWork) < spin {
-				if e.dev.cfg.IdleSpin > 0 {
-					// The CPU goes to any other thread that wants it,
-					// also of other processes: the daemon's clients.
-					osYield()
-				} else {
-					runtime.Gosched()
-				}
+			if time.Since(lastWork) < d {
+				e.relax(idle)
 				continue
 			}
 		}
@@ -161,6 +156,19 @@ func (e *engine) run() {
 		e.link.Poll(e.timeout())
 		e.sleeping.Store(false)
 		e.disarm()
+	}
+}
+
+// relax gives the CPU up on turn n of an idle engine's polling. An
+// engine whose work comes from other processes (Config.IdleSpin set: the
+// daemon's, whose clients post from theirs) gives it to other threads,
+// the clients' among them (spin.Relax); one whose work comes from its
+// own process's goroutines gives it to them, which is cheaper.
+func (e *engine) relax(n int) {
+	if e.dev.cfg.IdleSpin > 0 {
+		spin.Relax(n)
+	} else {
+		runtime.Gosched()
 	}
 }
 

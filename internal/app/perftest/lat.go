@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/uroce/uroce/internal/spin"
 	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
@@ -66,7 +67,7 @@ func (s *session) waitByte(q verbs.QP, off uint64, want byte) error {
 					return err
 				}
 			}
-			yield()
+			spin.Relax(spins)
 		}
 		return nil
 	}

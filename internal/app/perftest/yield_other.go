@@ -1,7 +1,0 @@
-//go:build !linux
-
-package perftest
-
-import "runtime"
-
-func yield() { runtime.Gosched() }
