@@ -23,9 +23,12 @@ static uint64_t now_ns(void);
  * CPU up (sched_yield): the daemon that is to produce the completions
  * runs on the same CPUs as the program, and a program spinning on its CQ
  * would otherwise starve it (on two CPUs, ibv_rc_pingpong's round trip
- * went from 0.2 to 7 ms). A CQ that completions keep arriving on never
- * yields. By default only machines of up to 4 CPUs yield, after 20 µs;
- * UROCE_POLL_YIELD=<microseconds> sets the time, "off" disables.
+ * went from 0.2 to 7 ms). Every 16th empty poll yields; a CQ that
+ * completions keep arriving on never does. By default only machines of
+ * up to 4 CPUs yield, from the first empty polls on (waiting 20 µs
+ * first made ib_write_lat's typical latency 33 µs instead of 17 on two
+ * CPUs: the daemon got the CPU that late); UROCE_POLL_YIELD=<microseconds>
+ * sets how long polls are empty before they yield, "off" disables.
  */
 static int64_t yield_after_ns(void)
 {
@@ -37,7 +40,7 @@ static int64_t yield_after_ns(void)
 		else if (e && *e)
 			v = strtoll(e, NULL, 10) * 1000;
 		else /* few CPUs: the program competes with the daemon's threads */
-			v = sysconf(_SC_NPROCESSORS_ONLN) <= 4 ? 20000 : -1;
+			v = sysconf(_SC_NPROCESSORS_ONLN) <= 4 ? 0 : -1;
 	}
 	return v;
 }
