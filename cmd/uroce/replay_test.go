@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/uroce/uroce/bth"
+)
+
+const sendLat = "../../pcaps/rxe-6.1/send_lat-uroce_client.pcap"
+
+// TestReplaySelf: uroce replay --self of a reference capture agrees (exit
+// 0), writes a capture of the replay that verifies, and a fault on
+// purpose makes it differ (exit 1), in text and in JSON.
+func TestReplaySelf(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "replay.pcap")
+	code, stdout, stderr := runArgs("replay", "--self", "-w", out, sendLat)
+	if code != 0 || !strings.Contains(stdout, "the live peer agrees with the recording") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, v, _ := runArgs("pcap", "verify", "-q", out); code != 0 || !strings.Contains(v, "0 icrc_bad") {
+		t.Fatalf("the replay's capture: exit %d: %s", code, v)
+	}
+	// The first SEND lost: the live peer NAKs the second (PSN sequence
+	// error), and the report says so.
+	code, stdout, _ = runArgs("replay", "--self", "--timeout", "200ms", "--drop", "1", "--json", sendLat)
+	if code != 1 {
+		t.Fatalf("a dropped packet: exit %d\n%s", code, stdout)
+	}
+	var r struct {
+		Agree       bool
+		Dropped     int
+		Differences map[string]int
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Agree || r.Dropped != 1 || r.Differences["syndrome"] == 0 {
+		t.Fatalf("a dropped packet: %+v", r)
+	}
+}
+
+// TestReplayUsage: bad usage and captures without a conversation exit 2
+// with a message.
+func TestReplayUsage(t *testing.T) {
+	noRoCE := capture(t, []bth.PSN{1}, true) // its only packet has a bad ICRC
+	for _, args := range [][]string{
+		{"replay"},
+		{"replay", "--self", filepath.Join(t.TempDir(), "missing.pcap")},
+		{"replay", sendLat}, // no peer
+		{"replay", "--self", "--pace", "slow", sendLat},
+		{"replay", "--self", "--drop", "0", sendLat},
+		{"replay", "--self", "--delay", "3", sendLat},
+		{"replay", "--self", "--qpn", "0x99", sendLat},
+		{"replay", "--self", noRoCE},
+	} {
+		if code, _, errOut := runArgs(args...); code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if code, out, _ := runArgs("replay", "--list", sendLat); code != 0 || !strings.Contains(out, "RC: 192.0.2.3 qp 0x11 <-> 192.0.2.1 qp 0x1d") {
+		t.Errorf("--list: exit %d: %s", code, out)
+	}
+}

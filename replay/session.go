@@ -1,0 +1,647 @@
+package replay
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// Pace says when a Session sends its next packet.
+type Pace int
+
+const (
+	// PaceStep sends a packet once the live answers to what came before
+	// it (as recorded) have arrived, or the timeout passed.
+	PaceStep Pace = iota
+	// PaceFast sends the requests back to back; it waits for the peer
+	// only before a packet that answers the peer (an ACK, a READ
+	// response), and at the end.
+	PaceFast
+	// PaceRecorded is PaceStep that also keeps the recorded gaps between
+	// the packets it sends.
+	PaceRecorded
+)
+
+// ParsePace parses "step", "fast" or "recorded".
+func ParsePace(s string) (Pace, error) {
+	switch s {
+	case "step", "":
+		return PaceStep, nil
+	case "fast":
+		return PaceFast, nil
+	case "recorded":
+		return PaceRecorded, nil
+	}
+	return 0, fmt.Errorf("pace %q: want step, fast or recorded", s)
+}
+
+func (p Pace) String() string { return [...]string{"step", "fast", "recorded"}[p] }
+
+// Live is what differs in the live setup from the recording. Unset
+// fields keep the recorded values.
+type Live struct {
+	// Local is this end (its MAC, IP and QPN), Peer the live peer.
+	// A zero QPN keeps the recorded one.
+	Local, Peer Endpoint
+	// SrcPort is the UDP source port of the packets sent (0: as
+	// recorded).
+	SrcPort uint16
+	// LocalPSN is the first PSN of this end's requests (what the
+	// peer's QP expects), PeerPSN the first of the peer's; negative: as
+	// recorded (LocalPSN) or learnt from the peer's first request
+	// (PeerPSN).
+	LocalPSN, PeerPSN int64
+	// RKey and VA (when VASet) are the peer's memory that this end's
+	// RDMA requests name: the recorded VAs move by VA minus the first
+	// recorded one. RKey negative: as recorded.
+	RKey  int64
+	VA    uint64
+	VASet bool
+}
+
+// Faults are made on purpose to this end's packets, numbered from 1 in
+// the order they are sent.
+type Faults struct {
+	Drop, Dup, Corrupt, Reorder map[int]bool
+	Delay                       map[int]time.Duration
+}
+
+// Options configure a Session.
+type Options struct {
+	Pace Pace
+	// Timeout is how long a recorded answer is waited for (default 1s).
+	Timeout time.Duration
+	Faults  Faults
+	// Tolerate names fields whose differences do not count (see Diff).
+	Tolerate map[string]bool
+	// AnswersOnly leaves the peer's own requests out: they are not waited
+	// for, and this end's answers to them are not sent. For a peer that
+	// only responds (the self peer).
+	AnswersOnly bool
+}
+
+// Diff is one field of a live answer that differs from the recording.
+// Fields: opcode, psn, syndrome, msn, length, payload, flags, dest_qpn,
+// atomic_orig; "coalesced" marks a recorded ACK that the live peer
+// folded into a later one (an ACK for a later PSN came instead).
+type Diff struct {
+	Field     string `json:"field"`
+	Recorded  string `json:"recorded"`
+	Live      string `json:"live"`
+	Tolerated bool   `json:"tolerated,omitempty"`
+}
+
+// Answer is one recorded answer of the peer and the live one that stands
+// for it.
+type Answer struct {
+	Frame         int     `json:"frame"` // of the recorded answer in the capture
+	Recorded      string  `json:"recorded"`
+	Live          string  `json:"live,omitempty"`
+	Missing       bool    `json:"missing,omitempty"`
+	Diffs         []Diff  `json:"diffs,omitempty"`
+	DelayUS       float64 `json:"delay_us,omitempty"`          // from the packet sent before it
+	RecordedDelay float64 `json:"recorded_delay_us,omitempty"` // the same in the recording
+}
+
+// Report is the outcome of a replay.
+type Report struct {
+	Conversation string         `json:"conversation"`
+	Played       string         `json:"played"`
+	Pace         string         `json:"pace"`
+	Sent         int            `json:"sent"`
+	Dropped      int            `json:"dropped,omitempty"`
+	Duplicated   int            `json:"duplicated,omitempty"`
+	Corrupted    int            `json:"corrupted,omitempty"`
+	Answers      []Answer       `json:"answers"`
+	Unexpected   []string       `json:"unexpected,omitempty"`
+	BadICRC      int            `json:"bad_icrc,omitempty"`
+	Differences  map[string]int `json:"differences,omitempty"` // counted fields, tolerated ones left out
+	Agree        bool           `json:"agree"`
+}
+
+// step is one packet this end sends.
+type step struct {
+	p      *Packet
+	n      int  // from 1
+	before int  // peer packets recorded before it
+	answer bool // it answers the peer (not a request)
+}
+
+type held struct {
+	frame []byte
+	due   time.Time
+}
+
+// Session plays one end of a conversation. Its methods are called from
+// one goroutine.
+type Session struct {
+	conv *Conversation
+	me   int
+	live Live
+	opt  Options
+
+	plan []step
+	exp  []*Packet // the peer's packets, in order
+
+	next     int // plan index of the next packet to send
+	matched  int // expected answers matched or given up
+	waitFrom time.Time
+	lastSent time.Time
+	lastRec  time.Duration // recorded time of the last packet sent
+	started  bool
+	done     bool
+
+	ourBase, peerBase bth.PSN // recorded first PSNs
+	ourOff, peerOff   int
+	peerKnown         bool
+	vaBase            uint64
+	refused           map[int]bool // frames whose keys and addresses stay as recorded
+
+	out    [][]byte
+	hold   []held
+	buf    []byte
+	rep    Report
+	parsed bth.Packet
+}
+
+// NewSession prepares to play end me (0 or 1) of c.
+func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, error) {
+	if me != 0 && me != 1 {
+		return nil, fmt.Errorf("end %d: want 0 or 1", me)
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = time.Second
+	}
+	s := &Session{conv: c, me: me, live: live, opt: opt, buf: make([]byte, 1<<16)}
+	peer := 1 - me
+	if s.live.Local.QPN == 0 {
+		s.live.Local.QPN = c.Ends[me].QPN
+	}
+	if s.live.Peer.QPN == 0 {
+		s.live.Peer.QPN = c.Ends[peer].QPN
+	}
+	if !s.live.Local.IP.IsValid() {
+		s.live.Local.IP = c.Ends[me].IP
+	}
+	if !s.live.Peer.IP.IsValid() {
+		s.live.Peer.IP = c.Ends[peer].IP
+	}
+	if s.live.Local.MAC == ([6]byte{}) {
+		s.live.Local.MAC = c.Ends[me].MAC
+	}
+	if s.live.Peer.MAC == ([6]byte{}) {
+		s.live.Peer.MAC = c.Ends[peer].MAC
+	}
+	s.refused = c.Refused(me)
+	ourSet, peerSet, vaSet := false, false, false
+	before := 0
+	for i := range c.Packets {
+		p := &c.Packets[i]
+		if p.From == peer {
+			if p.Request() && !peerSet {
+				s.peerBase, peerSet = p.H.BTH.PSN, true
+			}
+			if opt.AnswersOnly && p.Request() {
+				continue
+			}
+			s.exp = append(s.exp, p)
+			before++
+			continue
+		}
+		if opt.AnswersOnly && !p.Request() {
+			continue
+		}
+		s.plan = append(s.plan, step{p: p, n: len(s.plan) + 1, before: before, answer: !p.Request()})
+		if p.Request() && !ourSet {
+			s.ourBase, ourSet = p.H.BTH.PSN, true
+		}
+		if p.Request() && !vaSet && !s.refused[p.Frame] {
+			if p.H.Info().Has(bth.HdrRETH) {
+				s.vaBase, vaSet = p.H.VA, true
+			} else if p.H.Info().Has(bth.HdrAtomicETH) {
+				s.vaBase, vaSet = p.H.AtomicVA, true
+			}
+		}
+	}
+	if len(s.plan) == 0 {
+		return nil, fmt.Errorf("%v sent nothing in this conversation: play the other end", c.Ends[me])
+	}
+	if live.LocalPSN >= 0 {
+		s.ourOff = bth.PSN(live.LocalPSN & bth.PSNMask).Sub(s.ourBase)
+	}
+	if live.PeerPSN >= 0 {
+		s.peerOff, s.peerKnown = bth.PSN(live.PeerPSN&bth.PSNMask).Sub(s.peerBase), true
+	}
+	s.rep = Report{Conversation: c.String(), Played: c.Ends[me].String(), Pace: opt.Pace.String(), Differences: map[string]int{}}
+	return s, nil
+}
+
+// Done reports whether the replay is over: every packet sent and every
+// recorded answer matched or given up.
+func (s *Session) Done() bool { return s.done }
+
+// Report returns the outcome so far.
+func (s *Session) Report() *Report {
+	r := s.rep
+	r.Agree = len(r.Unexpected) == 0 && r.BadICRC == 0
+	for _, a := range r.Answers {
+		if a.Missing {
+			r.Agree = false
+		}
+		for _, d := range a.Diffs {
+			if !d.Tolerated {
+				r.Agree = false
+			}
+		}
+	}
+	return &r
+}
+
+// Poll advances the session to now: it returns the frames to transmit
+// (valid until the next call) and when it next wants to be called (zero
+// when it is done).
+func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
+	s.out = s.out[:0]
+	var wake time.Time
+	soon := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	// Frames held by a delay or a reorder.
+	k := 0
+	for _, h := range s.hold {
+		if !h.due.IsZero() && !now.Before(h.due) {
+			s.out = append(s.out, h.frame)
+			continue
+		}
+		if !h.due.IsZero() {
+			soon(h.due)
+		}
+		s.hold[k] = h
+		k++
+	}
+	s.hold = s.hold[:k]
+	for s.next < len(s.plan) {
+		st := &s.plan[s.next]
+		if s.opt.Pace != PaceFast || st.answer {
+			if t, ok := s.waitAnswers(st.before, now); !ok {
+				soon(t)
+				return s.out, wake
+			}
+		}
+		if s.opt.Pace == PaceRecorded && s.started {
+			due := s.lastSent.Add(st.p.Time - s.lastRec)
+			if now.Before(due) {
+				soon(due)
+				return s.out, wake
+			}
+		}
+		s.send(st, now)
+		s.next++
+	}
+	if t, ok := s.waitAnswers(len(s.exp), now); !ok {
+		soon(t)
+		return s.out, wake
+	}
+	for _, h := range s.hold { // a reorder of the last packet: nothing came after it
+		s.out = append(s.out, h.frame)
+	}
+	s.hold = s.hold[:0]
+	s.done = true
+	return s.out, time.Time{}
+}
+
+// waitAnswers reports whether the first n recorded answers are matched
+// or given up; if not, when the wait for them ends.
+func (s *Session) waitAnswers(n int, now time.Time) (time.Time, bool) {
+	if s.matched >= n {
+		s.waitFrom = time.Time{}
+		return time.Time{}, true
+	}
+	if s.waitFrom.IsZero() {
+		s.waitFrom = now
+	}
+	end := s.waitFrom.Add(s.opt.Timeout)
+	if now.Before(end) {
+		return end, false
+	}
+	for s.matched < n {
+		p := s.exp[s.matched]
+		s.rep.Answers = append(s.rep.Answers, Answer{Frame: p.Frame, Recorded: s.describe(&p.H, len(p.Payload), true), Missing: true,
+			RecordedDelay: s.recordedDelay(p)})
+		s.rep.Differences["missing"]++
+		s.matched++
+	}
+	s.waitFrom = time.Time{}
+	return time.Time{}, true
+}
+
+// send rewrites the packet of st for the live setup and queues it, with
+// its faults.
+func (s *Session) send(st *step, now time.Time) {
+	s.started = true
+	s.lastSent, s.lastRec = now, st.p.Time
+	var h bth.Headers = st.p.H
+	h.L2L3.SrcMAC, h.L2L3.DstMAC = s.live.Local.MAC, s.live.Peer.MAC
+	h.L2L3.SrcIP, h.L2L3.DstIP = s.live.Local.IP, s.live.Peer.IP
+	if s.live.SrcPort != 0 {
+		h.L2L3.SrcPort = s.live.SrcPort
+	}
+	h.BTH.DestQP = s.live.Peer.QPN
+	if st.answer {
+		h.BTH.PSN = h.BTH.PSN.Add(s.peerOff)
+	} else {
+		h.BTH.PSN = h.BTH.PSN.Add(s.ourOff)
+	}
+	info := h.Info()
+	if info.Request && !s.refused[st.p.Frame] {
+		if info.Has(bth.HdrRETH) {
+			if s.live.VASet {
+				h.VA = h.VA - s.vaBase + s.live.VA
+			}
+			if s.live.RKey >= 0 {
+				h.RKey = uint32(s.live.RKey)
+			}
+		}
+		if info.Has(bth.HdrAtomicETH) {
+			if s.live.VASet {
+				h.AtomicVA = h.AtomicVA - s.vaBase + s.live.VA
+			}
+			if s.live.RKey >= 0 {
+				h.AtomicRKey = uint32(s.live.RKey)
+			}
+		}
+	}
+	if info.Has(bth.HdrDETH) {
+		h.SrcQP = s.live.Local.QPN
+	}
+	n, err := bth.Encode(s.buf, &h, st.p.Payload)
+	if err != nil {
+		// A recorded packet decodes; re-encoding it cannot fail but for
+		// a mixed IP family given by the caller.
+		s.rep.Unexpected = append(s.rep.Unexpected, fmt.Sprintf("frame %d not re-encoded: %v", st.p.Frame, err))
+		return
+	}
+	frame := append([]byte(nil), s.buf[:n]...)
+	f := &s.opt.Faults
+	if f.Drop[st.n] {
+		s.rep.Dropped++
+		return
+	}
+	if f.Corrupt[st.n] {
+		frame[n-1] ^= 0xff // the ICRC's last byte: the peer must drop it
+		s.rep.Corrupted++
+	}
+	s.rep.Sent++
+	copies := 1
+	if f.Dup[st.n] {
+		copies = 2
+		s.rep.Duplicated++
+	}
+	for i := 0; i < copies; i++ {
+		switch {
+		case f.Delay[st.n] > 0:
+			s.hold = append(s.hold, held{frame: frame, due: now.Add(f.Delay[st.n])})
+		case f.Reorder[st.n]:
+			s.hold = append(s.hold, held{frame: frame}) // goes after the next packet
+		default:
+			s.out = append(s.out, frame)
+			s.releaseReordered()
+		}
+	}
+}
+
+// releaseReordered sends the packets held back by a reorder, after the
+// packet just queued.
+func (s *Session) releaseReordered() {
+	k := 0
+	for _, h := range s.hold {
+		if h.due.IsZero() {
+			s.out = append(s.out, h.frame)
+			continue
+		}
+		s.hold[k] = h
+		k++
+	}
+	s.hold = s.hold[:k]
+}
+
+// Input takes a frame received from the link. Frames that are not the
+// peer's packets to this end are ignored; it reports whether it took it.
+func (s *Session) Input(frame []byte, now time.Time) bool {
+	p := &s.parsed
+	if err := bth.Parse(frame, p); err != nil || p.Version != 2 {
+		return false
+	}
+	if p.SrcIP() != s.live.Peer.IP || p.DstIP() != s.live.Local.IP {
+		return false
+	}
+	b := p.BTH()
+	if b.DestQP() == 1 {
+		return false
+	}
+	if !p.ICRCOK() {
+		s.rep.BadICRC++
+		return true
+	}
+	var h bth.Headers
+	p.Headers(&h)
+	payload := p.Payload()
+	if s.matched >= len(s.exp) {
+		s.rep.Unexpected = append(s.rep.Unexpected, s.describe(&h, len(payload), false))
+		return true
+	}
+	want := s.exp[s.matched]
+	if j := s.coalescedInto(&h); j > s.matched {
+		for ; s.matched < j; s.matched++ {
+			p := s.exp[s.matched]
+			d := Diff{Field: "coalesced", Recorded: "ack", Live: "a later ack", Tolerated: s.opt.Tolerate["coalesced"]}
+			if !d.Tolerated {
+				s.rep.Differences["coalesced"]++
+			}
+			s.rep.Answers = append(s.rep.Answers, Answer{Frame: p.Frame, Recorded: s.describe(&p.H, len(p.Payload), true),
+				Live: "folded into " + s.describe(&h, len(payload), false), Diffs: []Diff{d}, RecordedDelay: s.recordedDelay(p)})
+		}
+		want = s.exp[s.matched]
+	}
+	if h.Info().Request && !s.peerKnown && want.Request() {
+		s.peerOff, s.peerKnown = h.BTH.PSN.Sub(want.H.BTH.PSN), true
+	}
+	a := Answer{Frame: want.Frame, Recorded: s.describe(&want.H, len(want.Payload), true), Live: s.describe(&h, len(payload), false),
+		RecordedDelay: s.recordedDelay(want)}
+	if s.started {
+		a.DelayUS = float64(now.Sub(s.lastSent).Nanoseconds()) / 1e3
+	}
+	a.Diffs = s.compare(want, &h, payload)
+	for i := range a.Diffs {
+		d := &a.Diffs[i]
+		d.Tolerated = s.opt.Tolerate[d.Field]
+		if !d.Tolerated {
+			s.rep.Differences[d.Field]++
+		}
+	}
+	s.rep.Answers = append(s.rep.Answers, a)
+	s.matched++
+	return true
+}
+
+// coalescedInto returns, for a live ACK that acknowledges more than the
+// next recorded answer (a plain ACK of an earlier PSN), the index of the
+// recorded ACK it matches, if a run of plain ACKs leads to it; -1
+// otherwise.
+func (s *Session) coalescedInto(h *bth.Headers) int {
+	if !isPlainACK(h) {
+		return -1
+	}
+	got := s.recPSN(h)
+	for j := s.matched; j < len(s.exp); j++ {
+		w := &s.exp[j].H
+		if !isPlainACK(w) {
+			return -1
+		}
+		if w.BTH.PSN == got {
+			return j
+		}
+		if !w.BTH.PSN.Less(got) {
+			return -1
+		}
+	}
+	return -1
+}
+
+func isPlainACK(h *bth.Headers) bool {
+	return h.Info().Kind == bth.KindAck && h.Syndrome.Kind() == bth.AckKindACK
+}
+
+// recordedDelay is the recorded time from the packet this end sent
+// before p to p, in µs.
+func (s *Session) recordedDelay(p *Packet) float64 {
+	var last time.Duration = -1
+	for i := range s.conv.Packets {
+		q := &s.conv.Packets[i]
+		if q == p {
+			break
+		}
+		if q.From == s.me {
+			last = q.Time
+		}
+	}
+	if last < 0 {
+		return 0
+	}
+	return float64((p.Time - last).Nanoseconds()) / 1e3
+}
+
+// recPSN maps the live PSN of the peer's packet back to the recording.
+func (s *Session) recPSN(h *bth.Headers) bth.PSN {
+	if h.Info().Request {
+		return h.BTH.PSN.Add(-s.peerOff)
+	}
+	return h.BTH.PSN.Add(-s.ourOff)
+}
+
+func (s *Session) compare(want *Packet, h *bth.Headers, payload []byte) []Diff {
+	var d []Diff
+	add := func(field string, rec, live any) {
+		d = append(d, Diff{Field: field, Recorded: fmt.Sprint(rec), Live: fmt.Sprint(live)})
+	}
+	w := &want.H
+	if w.BTH.Opcode != h.BTH.Opcode {
+		add("opcode", w.BTH.Opcode, h.BTH.Opcode)
+		return d
+	}
+	if got := s.recPSN(h); got != w.BTH.PSN {
+		add("psn", s.relPSN(w, w.BTH.PSN), s.relPSN(w, got))
+	}
+	if h.BTH.DestQP != s.live.Local.QPN {
+		add("dest_qpn", fmt.Sprintf("%#x", s.live.Local.QPN), fmt.Sprintf("%#x", h.BTH.DestQP))
+	}
+	if w.BTH.SE != h.BTH.SE || w.BTH.AckReq != h.BTH.AckReq {
+		add("flags", flags(w), flags(h))
+	}
+	info := w.Info()
+	if info.Has(bth.HdrAETH) {
+		if w.Syndrome != h.Syndrome {
+			add("syndrome", w.Syndrome.CodeName(), h.Syndrome.CodeName())
+		}
+		if w.MSN != h.MSN {
+			add("msn", w.MSN, h.MSN)
+		}
+	}
+	if info.Has(bth.HdrAtomicAck) && w.AtomicAckOrig != h.AtomicAckOrig {
+		add("atomic_orig", fmt.Sprintf("%#x", w.AtomicAckOrig), fmt.Sprintf("%#x", h.AtomicAckOrig))
+	}
+	if len(want.Payload) != len(payload) {
+		add("length", len(want.Payload), len(payload))
+	} else if string(want.Payload) != string(payload) {
+		i := 0
+		for i < len(payload) && payload[i] == want.Payload[i] {
+			i++
+		}
+		add("payload", fmt.Sprintf("byte %d: %#02x", i, want.Payload[i]), fmt.Sprintf("%#02x", payload[i]))
+	}
+	return d
+}
+
+func flags(h *bth.Headers) string {
+	var f []string
+	if h.BTH.SE {
+		f = append(f, "SE")
+	}
+	if h.BTH.AckReq {
+		f = append(f, "A")
+	}
+	if len(f) == 0 {
+		return "-"
+	}
+	return strings.Join(f, ",")
+}
+
+// relPSN writes the PSN of a packet of the peer's relative to the first
+// PSN of its space: the peer's requests count from its first request,
+// its answers from this end's first request.
+func (s *Session) relPSN(h *bth.Headers, p bth.PSN) string {
+	base := s.ourBase
+	if h.Info().Request {
+		base = s.peerBase
+	}
+	return fmt.Sprintf("+%d", p.Sub(base))
+}
+
+// describe writes a packet of the peer's in the recording's terms.
+func (s *Session) describe(h *bth.Headers, n int, recorded bool) string {
+	var b strings.Builder
+	b.WriteString(h.Info().Name)
+	psn := h.BTH.PSN
+	if !recorded {
+		psn = s.recPSN(h)
+	}
+	b.WriteString(" psn ")
+	b.WriteString(s.relPSN(h, psn))
+	if h.Info().Has(bth.HdrAETH) {
+		fmt.Fprintf(&b, " %s msn %d", h.Syndrome.CodeName(), h.MSN)
+	}
+	if n > 0 {
+		fmt.Fprintf(&b, " len %d", n)
+	}
+	return b.String()
+}
+
+// SortedDifferences returns the counted fields, most frequent first.
+func (r *Report) SortedDifferences() []string {
+	var f []string
+	for k := range r.Differences {
+		f = append(f, k)
+	}
+	sort.Slice(f, func(i, j int) bool {
+		if r.Differences[f[i]] != r.Differences[f[j]] {
+			return r.Differences[f[i]] > r.Differences[f[j]]
+		}
+		return f[i] < f[j]
+	})
+	return f
+}
