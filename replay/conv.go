@@ -76,7 +76,7 @@ func (c *Conversation) Initiator() int {
 // LoadStats counts what Load skipped.
 type LoadStats struct {
 	Frames, RoCE, BadICRC, NotRoCE, Malformed int
-	QP1, V1, CNP int // left out: connection management, RoCE v1, CNPs
+	QP1, V1, CNP                              int // left out: connection management, RoCE v1, CNPs
 }
 
 // Errors of Load.

@@ -136,7 +136,7 @@ func prefill(c *Conversation, me int, mem []byte, vaBase uint64) {
 		case bth.KindAtomicAck:
 			off, ok := atomics[p.H.BTH.PSN]
 			if ok && !seen[off] && off+8 <= uint64(len(mem)) {
-				seen[off] = true // the first answer shows what the region held
+				seen[off] = true                                            // the first answer shows what the region held
 				binary.NativeEndian.PutUint64(mem[off:], p.H.AtomicAckOrig) // the responder's byte order
 			}
 		}
