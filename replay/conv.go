@@ -53,6 +53,10 @@ type Conversation struct {
 	Transport bth.Transport
 	Ends      [2]Endpoint
 	Packets   []Packet
+	// Client is the end that opened a TCP connection to the other (the
+	// pingpong and perftest exchanges' client), or -1 when the capture
+	// shows none.
+	Client int
 }
 
 func (c *Conversation) String() string {
@@ -116,6 +120,7 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 		pay   []byte
 	}
 	var all []rec
+	var syns [][2]netip.Addr // TCP connections opened: client, server
 	flows := map[flowKey]*flow{}
 	var order []*flow
 	var p bth.Packet
@@ -131,6 +136,9 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 		if perr := bth.Parse(f.Data, &p); perr != nil {
 			if errors.Is(perr, bth.ErrNotRoCE) {
 				st.NotRoCE++
+				if src, dst, ok := tcpSYN(f.Data); ok {
+					syns = append(syns, [2]netip.Addr{src, dst})
+				}
 			} else {
 				st.Malformed++
 			}
@@ -214,7 +222,7 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 				best, bestScore = g, score
 			}
 		}
-		c := &Conversation{Transport: f.tr}
+		c := &Conversation{Transport: f.tr, Client: -1}
 		c.Ends[0] = Endpoint{MAC: f.srcMAC, IP: f.key.src}
 		c.Ends[1] = Endpoint{MAC: f.dstMAC, IP: f.key.dst, QPN: f.key.qpn}
 		idx := append([]int(nil), f.packets...)
@@ -239,6 +247,13 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 			r := &all[i]
 			c.Packets = append(c.Packets, Packet{Frame: r.frame, Time: r.t.Sub(t0), From: from[i], H: r.h, Payload: r.pay})
 		}
+		for _, sy := range syns {
+			for k := 0; k < 2; k++ {
+				if sy[0] == c.Ends[k].IP && sy[1] == c.Ends[1-k].IP && c.Client < 0 {
+					c.Client = k
+				}
+			}
+		}
 		convs = append(convs, c)
 	}
 	if len(convs) == 0 {
@@ -246,6 +261,39 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 	}
 	sort.SliceStable(convs, func(i, j int) bool { return convs[i].Packets[0].Frame < convs[j].Packets[0].Frame })
 	return convs, st, nil
+}
+
+// tcpSYN returns the addresses of a TCP SYN (a connection being opened).
+func tcpSYN(b []byte) (src, dst netip.Addr, ok bool) {
+	if len(b) < 14 {
+		return
+	}
+	et, l3 := uint16(b[12])<<8|uint16(b[13]), 14
+	if et == bth.EtherTypeVLAN && len(b) >= 18 {
+		et, l3 = uint16(b[16])<<8|uint16(b[17]), 18
+	}
+	var l4 int
+	switch et {
+	case bth.EtherTypeIPv4:
+		if len(b) < l3+20 || b[l3+9] != 6 {
+			return
+		}
+		l4 = l3 + int(b[l3]&0xf)*4
+		src, dst = netip.AddrFrom4([4]byte(b[l3+12:l3+16])), netip.AddrFrom4([4]byte(b[l3+16:l3+20]))
+	case bth.EtherTypeIPv6:
+		if len(b) < l3+40 || b[l3+6] != 6 {
+			return
+		}
+		l4 = l3 + 40
+		src, dst = netip.AddrFrom16([16]byte(b[l3+8:l3+24])), netip.AddrFrom16([16]byte(b[l3+24:l3+40]))
+	default:
+		return
+	}
+	if len(b) < l4+14 {
+		return
+	}
+	flags := b[l4+13]
+	return src, dst, flags&0x02 != 0 && flags&0x10 == 0
 }
 
 // Select returns the conversation with a QP numbered qpn (either end), or
@@ -289,4 +337,41 @@ func (c *Conversation) Refused(me int) map[int]bool {
 		}
 	}
 	return out
+}
+
+// Recorded is what a recording shows of one end's QP: its QPN, its first
+// request PSN, the R_Key and VA of its region (from the other end's RDMA
+// requests to it) and the path MTU its full-size packets show.
+type Recorded struct {
+	QPN    uint32
+	PSN    bth.PSN
+	HasPSN bool
+	RKey   uint32
+	VA     uint64
+	PMTU   int // bytes; 0 when no packet shows it
+}
+
+// Recorded returns what the recording shows of end's QP.
+func (c *Conversation) Recorded(end int) Recorded {
+	r := Recorded{QPN: c.Ends[end].QPN}
+	va := false
+	for i := range c.Packets {
+		p := &c.Packets[i]
+		info := p.H.Info()
+		if (info.Pos == bth.PosFirst || info.Pos == bth.PosMiddle) && len(p.Payload) > r.PMTU {
+			r.PMTU = len(p.Payload)
+		}
+		if p.From == end && info.Request && !r.HasPSN {
+			r.PSN, r.HasPSN = p.H.BTH.PSN, true
+		}
+		if p.From != end && info.Request && !va {
+			switch {
+			case info.Has(bth.HdrRETH):
+				r.RKey, r.VA, va = p.H.RKey, p.H.VA, true
+			case info.Has(bth.HdrAtomicETH):
+				r.RKey, r.VA, va = p.H.AtomicRKey, p.H.AtomicVA, true
+			}
+		}
+	}
+	return r
 }

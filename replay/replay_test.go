@@ -418,3 +418,20 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadClient: the end that opened the exchange's TCP connection is
+// the conversation's client.
+func TestLoadClient(t *testing.T) {
+	for _, c := range []struct{ path, client string }{
+		{"../pcaps/rxe-6.1/rc_pingpong-uroce_client.pcap", "192.0.2.3"},
+		{"../../shared/pcaps/rxe-6.1/write_lat.pcap", "192.0.2.2"},
+	} {
+		if _, err := os.Stat(c.path); err != nil {
+			continue
+		}
+		conv := load(t, c.path)[0]
+		if conv.Client < 0 || conv.Ends[conv.Client].IP.String() != c.client {
+			t.Errorf("%s: client end %d of %v, want %s", c.path, conv.Client, conv.Ends, c.client)
+		}
+	}
+}

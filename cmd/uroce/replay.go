@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -17,14 +19,18 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/internal/app"
+	"github.com/uroce/uroce/internal/oob"
+	"github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/internal/oob/pingpong"
 	"github.com/uroce/uroce/replay"
+	"github.com/uroce/uroce/stack"
 )
 
 func init() {
 	register(&command{name: "replay", summary: "play one side of a captured conversation at a live peer and compare its answers", run: runReplay})
 }
 
-const replayUsage = `usage: uroce replay [flags] CAPTURE
+const replayUsage = `usage: uroce replay [flags] CAPTURE [PEER]
 
 Takes one RC, UC or UD conversation from CAPTURE (the only one, or the one
 with --qpn), plays one end's packets at a peer and checks the peer's live
@@ -38,12 +44,28 @@ The peer:
                        recorded peer was (its QP connected to the played
                        end, a region for the RDMA requests, receives
                        for the SENDs); no network, no privilege
+  -d IFACE PEER        the RoCE peer at address PEER, from interface
+                       IFACE (root: AF_XDP); its QP is set up by
+    --perftest TOOL    the perftest exchange with TOOL (ib_write_bw,
+                       ib_read_bw, ib_send_bw, ib_atomic_bw, ib_*_lat)
+                       running as server on PEER, started with the
+                       recorded run's flags (-n, -s; -x for the GID)
+    --pingpong         the exchange of ibv_rc/uc/ud_pingpong running as
+                       server on PEER, with the recorded run's flags
+    --dest-qpn N       or by hand: the peer QP's number, with
+    [--psn N]          the first PSN it expects (default: as recorded),
+    [--peer-psn N]     its own first PSN (default: from its first request),
+    [--rkey K --va V]  and the region this end's RDMA requests name
+    --port N           the exchange's TCP port (18515)
+    --xdp-mode M       auto, native or generic
 
 flags:
   --list               list the capture's conversations and exit
   --qpn N              the conversation with QP N (at either end)
   --side a|b           play the end listed first (a) or second (b); by
-                       default the end that sent the first request
+                       default the end that sent the first request (with
+                       --perftest or --pingpong: the end that opened the
+                       exchange's TCP connection, when the capture has it)
   --pace step|fast|recorded
                        step: each packet after the answers recorded
                        before it (default); fast: requests back to back;
@@ -81,6 +103,16 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	tolerate := fs.String("tolerate", "", "")
 	jsonOut := fs.Bool("json", false, "")
 	write := fs.String("w", "", "")
+	dev := fs.String("d", "", "")
+	xdpMode := fs.String("xdp-mode", "auto", "")
+	perfTool := fs.String("perftest", "", "")
+	pp := fs.Bool("pingpong", false, "")
+	port := fs.Int("port", 18515, "")
+	destQPN := fs.String("dest-qpn", "", "")
+	psn := fs.String("psn", "", "")
+	peerPSN := fs.String("peer-psn", "", "")
+	rkey := fs.String("rkey", "", "")
+	va := fs.String("va", "", "")
 	files, err := app.ParseArgs(fs, args)
 	if err == flag.ErrHelp {
 		fmt.Fprint(stdout, replayUsage)
@@ -93,8 +125,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return bad("%v\n%s", err, replayUsage)
 	}
-	if len(files) != 1 {
-		return bad("give one capture file\n%s", replayUsage)
+	if len(files) < 1 || len(files) > 2 || (len(files) == 2) != (*dev != "") {
+		return bad("give one capture file, and with -d the peer's address\n%s", replayUsage)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
@@ -125,6 +157,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return bad("%s: %v", files[0], err)
 	}
 	me := c.Initiator()
+	if (*perfTool != "" || *pp) && c.Client >= 0 {
+		me = c.Client // the exchange makes this end its client
+	}
 	switch *side {
 	case "":
 	case "a":
@@ -154,19 +189,158 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			opt.Tolerate[t] = true
 		}
 	}
-	if !*self {
-		return bad("no peer: give --self (a uroce peer in this process)\n%s", replayUsage)
+	if *self == (*dev != "") {
+		return bad("give the peer: --self (a uroce peer in this process) or -d IFACE PEER\n%s", replayUsage)
 	}
-	sp, err := replay.NewSelfPeer(c, me)
-	if err != nil {
-		fmt.Fprintf(stderr, "uroce replay: the self peer: %v\n", err)
-		return 1
+	var link stack.Link
+	var live replay.Live
+	var establish func(play func(replay.Live) error) error // runs play inside the peer's exchange
+	if *self {
+		sp, err := replay.NewSelfPeer(c, me)
+		if err != nil {
+			fmt.Fprintf(stderr, "uroce replay: the self peer: %v\n", err)
+			return 1
+		}
+		defer sp.Close()
+		opt.AnswersOnly = true // the self peer only responds
+		link, live = sp.Link, sp.Live
+	} else {
+		peer, err := netip.ParseAddr(files[1])
+		if err != nil {
+			return bad("peer %q: not an IP address", files[1])
+		}
+		nums := map[string]int64{}
+		for name, v := range map[string]string{"dest-qpn": *destQPN, "psn": *psn, "peer-psn": *peerPSN, "rkey": *rkey, "va": *va} {
+			nums[name] = -1
+			if v != "" {
+				n, err := strconv.ParseUint(v, 0, 64)
+				if err != nil {
+					return bad("--%s %q: %v", name, v, err)
+				}
+				nums[name] = int64(n)
+			}
+		}
+		ways := 0
+		for _, b := range []bool{*perfTool != "", *pp, nums["dest-qpn"] >= 0} {
+			if b {
+				ways++
+			}
+		}
+		if ways != 1 {
+			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong or --dest-qpn N\n%s", replayUsage)
+		}
+		var tool perftest.Tool = -1
+		if *perfTool != "" {
+			for t := perftest.WriteBW; t.Valid(); t++ {
+				if t.String() == *perfTool || t.String() == "ib_"+*perfTool {
+					tool = t
+				}
+			}
+			if tool < 0 {
+				return bad("--perftest %q: want ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat or ib_atomic_lat", *perfTool)
+			}
+		}
+		raw, err := stack.OpenRaw(ctx, *dev, *xdpMode)
+		if err != nil {
+			fmt.Fprintf(stderr, "uroce replay: %v\n", err)
+			return 1
+		}
+		defer raw.Close()
+		var local netip.Addr
+		for _, a := range raw.Addrs {
+			if a.Is4() == peer.Is4() && !a.IsLinkLocalUnicast() {
+				local = a
+				break
+			}
+		}
+		if !local.IsValid() {
+			fmt.Fprintf(stderr, "uroce replay: %s has no address of %v's family\n", *dev, peer)
+			return 1
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		mac, err := raw.Neighbors.Resolve(rctx, peer)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "uroce replay: %v (is %v on %s's network?)\n", err, peer, *dev)
+			return 1
+		}
+		link = raw.Link
+		rec, peerRec := c.Recorded(me), c.Recorded(1-me)
+		live = replay.Live{Local: replay.Endpoint{MAC: raw.MAC, IP: local, QPN: rec.QPN}, Peer: replay.Endpoint{MAC: mac, IP: peer},
+			LocalPSN: -1, PeerPSN: nums["peer-psn"], RKey: nums["rkey"]}
+		if nums["psn"] >= 0 {
+			live.LocalPSN = nums["psn"]
+		}
+		if nums["va"] >= 0 {
+			live.VA, live.VASet = uint64(nums["va"]), true
+		}
+		gid := local.As16()
+		addr := net.JoinHostPort(peer.String(), strconv.Itoa(*port))
+		switch {
+		case tool >= 0:
+			establish = func(play func(replay.Live) error) error {
+				dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				nc, err := oob.Dial(dctx, addr, 0)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("%v (is %s running as server on %v?)", err, tool, peer)
+				}
+				defer nc.Close()
+				mtu := perftest.MTUFromBytes(peerRec.PMTU)
+				if mtu == 0 {
+					mtu = perftest.MTUFromBytes(rec.PMTU)
+				}
+				if mtu == 0 {
+					mtu = perftest.MTU1024
+				}
+				var playErr error
+				_, err = perftest.Run(ctx, nc, perftest.Config{Tool: tool, Role: perftest.Client}, perftest.Params{MTU: mtu}, perftest.Hooks{
+					Local: func(perftest.Agreed) ([]perftest.Dest, error) {
+						return []perftest.Dest{{QPN: rec.QPN, PSN: uint32(rec.PSN), RKey: rec.RKey, VAddr: rec.VA, GID: gid, OutReads: 16}}, nil
+					},
+					Connect: func(remote []perftest.Dest) error {
+						r := remote[0]
+						live.Peer.QPN, live.PeerPSN, live.RKey = r.QPN, int64(r.PSN), int64(r.RKey)
+						live.VA, live.VASet = r.VAddr, true
+						return nil
+					},
+					Run: func(int) error {
+						playErr = play(live)
+						return nil
+					},
+				})
+				if playErr != nil {
+					return playErr
+				}
+				if err != nil {
+					fmt.Fprintf(stderr, "uroce replay: after the replay, the perftest exchange: %v\n", err)
+				}
+				return nil
+			}
+		case *pp:
+			establish = func(play func(replay.Live) error) error {
+				dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				nc, err := oob.Dial(dctx, addr, 0)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("%v (is the pingpong server running on %v?)", err, peer)
+				}
+				defer nc.Close()
+				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				remote, err := pingpong.Client(ectx, nc, []pingpong.Dest{{QPN: rec.QPN, PSN: uint32(rec.PSN), GID: gid}}, 1)
+				cancel()
+				if err != nil {
+					return err
+				}
+				live.Peer.QPN, live.PeerPSN = remote[0].QPN, int64(remote[0].PSN)
+				return play(live)
+			}
+		default:
+			live.Peer.QPN = uint32(nums["dest-qpn"])
+		}
 	}
-	defer sp.Close()
-	opt.AnswersOnly = true // the self peer only responds
-	s, err := replay.NewSession(c, me, sp.Live, opt)
-	if err != nil {
-		return bad("%v", err)
+	if establish == nil {
+		establish = func(play func(replay.Live) error) error { return play(live) }
 	}
 	var tap func([]byte, bool)
 	var pw *pcapgo.Writer
@@ -184,9 +358,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			pw.WritePacket(gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(b), Length: len(b)}, b)
 		}
 	}
-	rep, err := replay.Run(ctx, s, sp.Link, tap)
+	var rep *replay.Report
+	err = establish(func(live replay.Live) error {
+		s, err := replay.NewSession(c, me, live, opt)
+		if err != nil {
+			return err
+		}
+		rep, err = replay.Run(ctx, s, link, tap)
+		return err
+	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "uroce replay: %v\n", err)
+	}
+	if rep == nil {
+		return 1
 	}
 	if *jsonOut {
 		e := json.NewEncoder(stdout)

@@ -1,0 +1,94 @@
+package interop
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sharedRxe is where the reference captures of rdma_rxe talking to
+// itself are (../shared/pcaps beside the repository).
+var sharedRxe = filepath.Join("..", "..", "..", "shared", "pcaps", "rxe-6.1")
+
+// TestReplayRxe replays the client side of rdma_rxe's own recorded runs
+// (two rxe guests, Debian's 6.1 kernel) at a live rdma_rxe guest running
+// the recorded server with the recorded flags: its QP set up through the
+// tool's exchange, every recorded answer must come again. A fault on
+// purpose makes the same replay differ, and the report names how.
+func TestReplayRxe(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat(sharedRxe); err != nil {
+		t.Skipf("no reference captures: %v", err)
+	}
+	replayStep := func(name, guest, capture string, exit int, check func(t *testing.T, out string), how ...string) step {
+		args := append([]string{"replay", "--timeout", "2s"}, how...)
+		return step{name: name, guest: guest, uroce: append(args, filepath.Join(sharedRxe, capture)), uroceExit: exit,
+			check: func(t *testing.T, g, u string) {
+				t.Helper()
+				if check != nil {
+					check(t, u)
+				}
+			}}
+	}
+	agrees := func(t *testing.T, out string) {
+		t.Helper()
+		if !strings.Contains(out, "the live peer agrees with the recording") {
+			t.Errorf("replay does not agree:\n%s", out)
+		}
+	}
+	var steps []step
+	// perftest fills its buffers with random bytes at each start: the
+	// data of READ responses and SENDs and the atomics' original values
+	// differ from run to run, and are tolerated.
+	for _, c := range []struct{ tool, flags, capture, tolerate string }{
+		{"ib_write_bw", "-x 1 -n 5 -s 3000", "write_bw.pcap", ""},
+		{"ib_read_bw", "-x 1 -n 5 -s 3000", "read_bw.pcap", "payload"},
+		{"ib_send_bw", "-x 1 -n 5 -s 3000", "send_bw.pcap", ""},
+		{"ib_atomic_bw", "-x 1 -n 5", "atomic_bw.pcap", "atomic_orig"},
+		{"ib_write_lat", "-x 1 -n 5 -s 64", "write_lat.pcap", ""},
+		{"ib_read_lat", "-x 1 -n 5 -s 64", "read_lat.pcap", "payload"},
+		{"ib_send_lat", "-x 1 -n 5 -s 64", "send_lat.pcap", "payload"},
+	} {
+		how := []string{"--perftest", c.tool}
+		if c.tolerate != "" {
+			how = append(how, "--tolerate", c.tolerate)
+		}
+		steps = append(steps, replayStep("replay-"+c.capture, c.tool+" -d rxe0 "+c.flags, c.capture, 0, agrees, how...))
+	}
+	steps = append(steps, replayStep("replay-rc_pingpong", "ibv_rc_pingpong -d rxe0 -g 1 -n 5 -s 64", "rc_pingpong.pcap", 0, agrees, "--pingpong"))
+	// The project's own captures (pcaps/rxe-6.1): uroce's side of a run
+	// with rxe, or rxe's side of a run with uroce, played at rxe.
+	own := filepath.Join("..", "..", "pcaps", "rxe-6.1")
+	for _, c := range []struct {
+		guest, capture string
+		how            []string
+	}{
+		{"ibv_rc_pingpong -d rxe0 -g 1 -c -n 3 -s 13", "rc_pingpong-uroce_client.pcap", []string{"--pingpong"}},
+		{"ibv_rc_pingpong -d rxe0 -g 1 -c -n 3 -s 64", "rc_pingpong-uroce_server.pcap", []string{"--pingpong"}},
+		{"ib_write_bw -d rxe0 -x 1 -F -n 5 -s 3000", "write_bw-uroce_client.pcap", []string{"--perftest", "ib_write_bw"}},
+		{"ib_send_lat -d rxe0 -x 1 -F -n 5 -s 64", "send_lat-uroce_client.pcap", []string{"--perftest", "ib_send_lat", "--tolerate", "payload"}},
+		{"ib_read_bw -d rxe0 -x 1 -F -n 5 -s 3000", "read_bw-uroce_server.pcap", []string{"--perftest", "ib_read_bw", "--tolerate", "payload"}},
+		{"ib_atomic_bw -d rxe0 -x 1 -F -n 5", "atomic_bw-uroce_server.pcap", []string{"--perftest", "ib_atomic_bw", "--tolerate", "atomic_orig"}},
+	} {
+		st := replayStep("replay-own-"+c.capture, c.guest, "", 0, agrees, c.how...)
+		st.uroce[len(st.uroce)-1] = filepath.Join(own, c.capture)
+		steps = append(steps, st)
+	}
+	// The second WRITE packet lost: rxe answers the third with a PSN
+	// sequence NAK, where the recording has none.
+	drop := replayStep("replay-write_bw-drop2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 1,
+		func(t *testing.T, out string) {
+			if !strings.Contains(out, "syndrome credits -> psn_sequence_error") || !strings.Contains(out, "1 dropped") {
+				t.Errorf("the replay with a drop does not name the NAK:\n%s", out)
+			}
+		}, "--perftest", "ib_write_bw", "--drop", "2")
+	drop.capture = func(t *testing.T, f *findings) {
+		if f.naks["psn_sequence_error from "+guestAddr] != 1 || f.count("psn_gap", uroceAddr) != 1 {
+			t.Errorf("a dropped packet: want one gap and one sequence NAK, got %s", f)
+		}
+	}
+	steps = append(steps, drop)
+	g := group{mtu: 1500, pcap: "replay.pcap", stepTimeout: 60e9, steps: steps}
+	g.run(t)
+}
