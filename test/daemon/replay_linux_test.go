@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -14,7 +14,8 @@ import (
 // uroce perf server on the far end of a veth pair (uroce replay -d, the
 // QP set up through perftest's exchange): the READs agree; for the
 // WRITEs the report names the one real difference, uroce's coalesced
-// ACKs where rdma_rxe acknowledged every message.
+// ACKs where rdma_rxe acknowledged every message (how many it folds
+// depends on timing).
 func TestReplayUroce(t *testing.T) {
 	shared := filepath.Join("..", "..", "..", "shared", "pcaps", "rxe-6.1")
 	if _, err := os.Stat(shared); err != nil {
@@ -29,9 +30,9 @@ func TestReplayUroce(t *testing.T) {
 		want    string
 	}{
 		{[]string{"perf", "read", "-F", "-n", "5", "-s", "3000"}, []string{"--perftest", "ib_read_bw", "--tolerate", "payload"},
-			"read_bw.pcap", 0, "the live peer agrees with the recording"},
+			"read_bw.pcap", 0, `the live peer agrees with the recording`},
 		{[]string{"perf", "write", "-F", "-n", "5", "-s", "3000"}, []string{"--perftest", "ib_write_bw"},
-			"write_bw.pcap", 1, "the live peer differs: coalesced 3\n"},
+			"write_bw.pcap", 1, `the live peer differs: coalesced \d+\n`},
 	} {
 		t.Run(c.capture, func(t *testing.T) {
 			srv := n.launchRoot(1, append(c.server, "-d", n.Dev[1], "--xdp-mode", "generic")...)
@@ -45,7 +46,7 @@ func TestReplayUroce(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if code != c.exit || !strings.Contains(string(out), c.want) {
+			if code != c.exit || !regexp.MustCompile(c.want).Match(out) {
 				t.Errorf("replay exited %d (want %d), want %q:\n%s", code, c.exit, c.want, out)
 			}
 			if err := srv.wait(t, time.Minute); err != nil {
