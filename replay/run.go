@@ -11,13 +11,27 @@ import (
 	"github.com/uroce/uroce/stack"
 )
 
+// Player is what Drive moves frames for: a Session, or a conformance
+// scenario's run.
+type Player interface {
+	Poll(now time.Time) ([][]byte, time.Time)
+	Input(frame []byte, now time.Time) bool
+	Done() bool
+}
+
 // Run plays s over link, in real time, until it is done or ctx ends. tap,
 // when not nil, sees every frame sent (out true) and every frame of the
 // peer's received, as it passes (to write a capture of the replay).
 func Run(ctx context.Context, s *Session, link stack.Link, tap func(frame []byte, out bool)) (*Report, error) {
+	err := Drive(ctx, s, link, tap)
+	return s.Report(), err
+}
+
+// Drive runs p over link in real time until it is done or ctx ends.
+func Drive(ctx context.Context, p Player, link stack.Link, tap func(frame []byte, out bool)) error {
 	rx := make([][]byte, 64)
 	for {
-		out, wake := s.Poll(time.Now())
+		out, wake := p.Poll(time.Now())
 		for len(out) > 0 {
 			n := link.Transmit(out)
 			if tap != nil {
@@ -28,17 +42,17 @@ func Run(ctx context.Context, s *Session, link stack.Link, tap func(frame []byte
 			out = out[n:]
 			if n == 0 {
 				if err := ctx.Err(); err != nil {
-					return s.Report(), err
+					return err
 				}
 				link.Poll(time.Millisecond)
 			}
 		}
-		if s.Done() {
-			return s.Report(), nil
+		if p.Done() {
+			return nil
 		}
 		n := link.Receive(rx)
 		for _, f := range rx[:n] {
-			if s.Input(f, time.Now()) && tap != nil {
+			if p.Input(f, time.Now()) && tap != nil {
 				tap(f, false)
 			}
 		}
@@ -47,7 +61,7 @@ func Run(ctx context.Context, s *Session, link stack.Link, tap func(frame []byte
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return s.Report(), err
+			return err
 		}
 		d := 50 * time.Millisecond
 		if !wake.IsZero() {
@@ -59,36 +73,189 @@ func Run(ctx context.Context, s *Session, link stack.Link, tap func(frame []byte
 	}
 }
 
-// SelfPeer is a uroce device in this process that answers a replay as
-// the recorded peer would have been set up: a QP of the conversation's
-// transport connected to the played end, with a region for its RDMA
-// requests and receives for its SENDs. Its link is the other end of
+// Responder is a uroce device in this process with one QP set up to
+// answer a peer that plays the other end at the frame level (a replay, a
+// conformance scenario): connected to it, with a region every remote
+// access is granted to and receives posted. Its link is the other end of
 // Link.
-type SelfPeer struct {
-	Link stack.Link // the played end's side of the pipe
-	Live Live       // the live setup to give NewSession
-	dev  *stack.Device
+type Responder struct {
+	Link stack.Link // the other end's side of the in-memory link
+	Live Live       // the live setup, for NewSession
+	Dev  *stack.Device
+	QP   *stack.QP
+	MR   *stack.MR
+	CQ   *stack.CQ
 }
 
-// NewSelfPeer starts a uroce peer for playing end me of c.
-func NewSelfPeer(c *Conversation, me int) (*SelfPeer, error) {
-	peer := 1 - me
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 9000, Slots: 1024})
-	loc, rem := c.Ends[me], c.Ends[peer]
-	if loc.IP.Is4() != rem.IP.Is4() {
-		return nil, fmt.Errorf("the two ends' addresses are of different families (%v, %v)", loc.IP, rem.IP)
+// ResponderConfig describes a Responder.
+type ResponderConfig struct {
+	Transport bth.Transport // RC, UC or UD
+	// Local is the end that plays (its MAC, IP and QPN), Peer the
+	// responder's addresses.
+	Local, Peer Endpoint
+	// RQPSN is the first PSN the responder expects, SQPSN its own
+	// first.
+	RQPSN, SQPSN bth.PSN
+	PathMTU      stack.MTU // 0: 1024
+	Region       int       // bytes of the region (default 64 KiB)
+	Receives     int       // receives posted, each over the whole region (0: 16, negative: none)
+	QKey         uint32    // UD
+	// Access is what the QP grants remote requests (default: write,
+	// read and atomics).
+	Access stack.Access
+}
+
+// NewResponder starts a responder.
+func NewResponder(cfg ResponderConfig) (*Responder, error) {
+	if cfg.Local.IP.Is4() != cfg.Peer.IP.Is4() {
+		return nil, fmt.Errorf("the two ends' addresses are of different families (%v, %v)", cfg.Local.IP, cfg.Peer.IP)
 	}
-	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: rem.MAC, Addrs: []netip.Addr{rem.IP},
-		Neighbors: stack.StaticNeighbors{loc.IP: loc.MAC}, Name: "uroce_self"})
+	typ, ok := map[bth.Transport]stack.QPType{bth.TransportRC: stack.RC, bth.TransportUC: stack.UC, bth.TransportUD: stack.UD}[cfg.Transport]
+	if !ok {
+		return nil, fmt.Errorf("transport %v: the uroce responder runs RC, UC and UD", cfg.Transport)
+	}
+	if cfg.PathMTU == 0 {
+		cfg.PathMTU = stack.MTU1024
+	}
+	if cfg.Region <= 0 {
+		cfg.Region = 64 << 10
+	}
+	if cfg.Receives == 0 {
+		cfg.Receives = 16
+	}
+	if cfg.Access == 0 {
+		cfg.Access = stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
+	}
+	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 9000, Slots: 1024})
+	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: cfg.Peer.MAC, Addrs: []netip.Addr{cfg.Peer.IP},
+		Neighbors: stack.StaticNeighbors{cfg.Local.IP: cfg.Local.MAC}, Name: "uroce_self"})
 	if err != nil {
 		return nil, err
 	}
-	sp := &SelfPeer{Link: pa, dev: dev}
-	if err := sp.setup(c, me); err != nil {
+	r := &Responder{Link: pa, Dev: dev}
+	if err := r.setup(typ, &cfg); err != nil {
 		dev.Close()
 		return nil, err
 	}
-	return sp, nil
+	return r, nil
+}
+
+// Close stops the responder.
+func (r *Responder) Close() error { return r.Dev.Close() }
+
+func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
+	pd, err := r.Dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	if r.MR, err = pd.RegisterMR(make([]byte, cfg.Region), stack.AccessLocalWrite|cfg.Access); err != nil {
+		return err
+	}
+	if r.CQ, err = r.Dev.CreateCQ(4096); err != nil {
+		return err
+	}
+	q, err := pd.CreateQP(stack.QPInit{Type: typ, SendCQ: r.CQ, RecvCQ: r.CQ, MaxSendWR: 64, MaxRecvWR: max(cfg.Receives, 1), MaxRecvSGE: 1})
+	if err != nil {
+		return err
+	}
+	r.QP = q
+	sgid := -1
+	for i := 0; ; i++ {
+		g, err := r.Dev.GID(i)
+		if err != nil {
+			break
+		}
+		if g.Unmap() == cfg.Peer.IP.Unmap() {
+			sgid = i
+			break
+		}
+	}
+	if sgid < 0 {
+		return fmt.Errorf("the uroce responder has no GID for %v", cfg.Peer.IP)
+	}
+	if err := q.ToInit(stack.InitAttr{AccessFlags: cfg.Access, QKey: cfg.QKey}); err != nil {
+		return err
+	}
+	for i := 0; i < cfg.Receives; i++ {
+		if err := q.PostRecv(&stack.RecvWR{ID: uint64(i), SG: []stack.SGE{r.MR.SGE(0, uint32(cfg.Region))}}); err != nil {
+			return err
+		}
+	}
+	if err := q.ToRTR(stack.RTRAttr{DestQPN: cfg.Local.QPN, AH: stack.AHAttr{DGID: cfg.Local.IP, SGIDIndex: sgid}, RQPSN: cfg.RQPSN,
+		PathMTU: cfg.PathMTU, MaxDestRdAtomic: 16, MinRNRTimer: 12}); err != nil {
+		return err
+	}
+	if err := q.ToRTS(stack.RTSAttr{SQPSN: cfg.SQPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+		return err
+	}
+	r.Live = Live{Local: cfg.Local, Peer: Endpoint{MAC: cfg.Peer.MAC, IP: cfg.Peer.IP, QPN: q.QPN()},
+		LocalPSN: int64(cfg.RQPSN), PeerPSN: int64(cfg.SQPSN), RKey: int64(r.MR.RKey()), VA: r.MR.Addr(), VASet: true}
+	return nil
+}
+
+// NewSelfPeer starts a Responder set up as the recorded peer of end me
+// of c was: the recorded PSNs and path MTU, a region covering the
+// recorded requests and holding what the recording shows it held, and
+// receives for the recorded SENDs.
+func NewSelfPeer(c *Conversation, me int) (*Responder, error) {
+	peer := 1 - me
+	var vaBase, vaEnd uint64
+	vaSet := false
+	sends, maxPay := 0, 0
+	var ourPSN, peerPSN bth.PSN
+	ourSet, peerSet := false, false
+	var qkey uint32
+	refused := c.Refused(me)
+	for i := range c.Packets {
+		p := &c.Packets[i]
+		maxPay = max(maxPay, len(p.Payload))
+		info := p.H.Info()
+		if p.From != me || !info.Request {
+			if p.From == peer && info.Request && !peerSet {
+				peerPSN, peerSet = p.H.BTH.PSN, true
+			}
+			continue
+		}
+		if !ourSet {
+			ourPSN, ourSet = p.H.BTH.PSN, true
+		}
+		if info.Kind == bth.KindSend && (info.Pos == bth.PosFirst || info.Pos == bth.PosOnly) {
+			sends++
+		}
+		if info.Has(bth.HdrDETH) {
+			qkey = p.H.QKey
+		}
+		va, n := uint64(0), uint64(0)
+		switch {
+		case refused[p.Frame]:
+			continue
+		case info.Has(bth.HdrRETH):
+			va, n = p.H.VA, uint64(p.H.DMALen)
+		case info.Has(bth.HdrAtomicETH):
+			va, n = p.H.AtomicVA, 8
+		default:
+			continue
+		}
+		if !vaSet {
+			vaBase, vaEnd, vaSet = va, va, true
+		}
+		vaEnd = max(vaEnd, va+n)
+	}
+	size := max(int(vaEnd-vaBase), maxPay, 64<<10)
+	if size > 256<<20 {
+		return nil, fmt.Errorf("the recorded RDMA requests span %d bytes: more than the self peer registers", size)
+	}
+	mtu := stack.MTU256
+	for mtu < stack.MTU4096 && mtu.Bytes() < maxPay {
+		mtu++
+	}
+	r, err := NewResponder(ResponderConfig{Transport: c.Transport, Local: c.Ends[me], Peer: c.Ends[peer], RQPSN: ourPSN, SQPSN: peerPSN,
+		PathMTU: mtu, Region: size + 8, Receives: sends + 16, QKey: qkey})
+	if err != nil {
+		return nil, err
+	}
+	prefill(c, me, r.MR.Bytes(), vaBase)
+	return r, nil
 }
 
 // prefill writes into the peer's region what the recording shows it
@@ -141,114 +308,4 @@ func prefill(c *Conversation, me int, mem []byte, vaBase uint64) {
 			}
 		}
 	}
-}
-
-// Close stops the peer.
-func (sp *SelfPeer) Close() error { return sp.dev.Close() }
-
-func (sp *SelfPeer) setup(c *Conversation, me int) error {
-	peer := 1 - me
-	var vaBase, vaEnd uint64
-	vaSet := false
-	sends, maxPay := 0, 0
-	var ourPSN, peerPSN bth.PSN
-	ourSet, peerSet := false, false
-	var qkey uint32
-	refused := c.Refused(me)
-	for i := range c.Packets {
-		p := &c.Packets[i]
-		maxPay = max(maxPay, len(p.Payload))
-		info := p.H.Info()
-		if p.From != me || !info.Request {
-			if p.From == peer && info.Request && !peerSet {
-				peerPSN, peerSet = p.H.BTH.PSN, true
-			}
-			continue
-		}
-		if !ourSet {
-			ourPSN, ourSet = p.H.BTH.PSN, true
-		}
-		if info.Kind == bth.KindSend && (info.Pos == bth.PosFirst || info.Pos == bth.PosOnly) {
-			sends++
-		}
-		if info.Has(bth.HdrDETH) {
-			qkey = p.H.QKey
-		}
-		va, n := uint64(0), uint64(0)
-		switch {
-		case refused[p.Frame]:
-			continue
-		case info.Has(bth.HdrRETH):
-			va, n = p.H.VA, uint64(p.H.DMALen)
-		case info.Has(bth.HdrAtomicETH):
-			va, n = p.H.AtomicVA, 8
-		default:
-			continue
-		}
-		if !vaSet {
-			vaBase, vaEnd, vaSet = va, va, true
-		}
-		vaEnd = max(vaEnd, va+n)
-	}
-	size := max(int(vaEnd-vaBase), maxPay, 64<<10)
-	if size > 256<<20 {
-		return fmt.Errorf("the recorded RDMA requests span %d bytes: more than the self peer registers", size)
-	}
-	pd, err := sp.dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	mr, err := pd.RegisterMR(make([]byte, size+8), stack.AccessLocalWrite|stack.AccessRemoteWrite|stack.AccessRemoteRead|stack.AccessRemoteAtomic)
-	if err != nil {
-		return err
-	}
-	cq, err := sp.dev.CreateCQ(4096)
-	if err != nil {
-		return err
-	}
-	typ := map[bth.Transport]stack.QPType{bth.TransportRC: stack.RC, bth.TransportUC: stack.UC, bth.TransportUD: stack.UD}[c.Transport]
-	if typ == 0 && c.Transport != bth.TransportRC {
-		return fmt.Errorf("transport %v: the self peer runs RC, UC and UD", c.Transport)
-	}
-	q, err := pd.CreateQP(stack.QPInit{Type: typ, SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, MaxRecvWR: sends + 16, MaxRecvSGE: 1})
-	if err != nil {
-		return err
-	}
-	sgid := -1
-	for i := 0; ; i++ {
-		g, err := sp.dev.GID(i)
-		if err != nil {
-			break
-		}
-		if g.Unmap() == c.Ends[peer].IP.Unmap() {
-			sgid = i
-			break
-		}
-	}
-	if sgid < 0 {
-		return fmt.Errorf("the self peer has no GID for %v", c.Ends[peer].IP)
-	}
-	mtu := stack.MTU256
-	for mtu < stack.MTU4096 && mtu.Bytes() < maxPay {
-		mtu++
-	}
-	if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic, QKey: qkey}); err != nil {
-		return err
-	}
-	prefill(c, me, mr.Bytes(), vaBase)
-	for i := 0; i < sends+16; i++ {
-		if err := q.PostRecv(&stack.RecvWR{ID: uint64(i), SG: []stack.SGE{mr.SGE(0, uint32(size))}}); err != nil {
-			return err
-		}
-	}
-	if err := q.ToRTR(stack.RTRAttr{DestQPN: c.Ends[me].QPN, AH: stack.AHAttr{DGID: c.Ends[me].IP, SGIDIndex: sgid}, RQPSN: ourPSN,
-		PathMTU: mtu, MaxDestRdAtomic: 16, MinRNRTimer: 12}); err != nil {
-		return err
-	}
-	if err := q.ToRTS(stack.RTSAttr{SQPSN: peerPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
-		return err
-	}
-	sp.Live = Live{Local: c.Ends[me], Peer: Endpoint{MAC: c.Ends[peer].MAC, IP: c.Ends[peer].IP, QPN: q.QPN()},
-		LocalPSN: int64(ourPSN), PeerPSN: int64(peerPSN), RKey: int64(mr.RKey()), VA: mr.Addr(), VASet: true}
-	return nil
 }

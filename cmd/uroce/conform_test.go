@@ -1,0 +1,39 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConformSelf: uroce conform --self runs the catalogue, prints one
+// line per scenario, fails (exit 1) on the scenario where uroce deviates
+// and writes its capture; a scenario file of the user's runs too.
+func TestConformSelf(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runArgs("conform", "--self", "-w", dir)
+	if code != 1 || !strings.Contains(out, "gap-requests-dropped     FAIL") || !strings.Contains(out, "duplicate-write          PASS") ||
+		!strings.Contains(out, "scenarios, ") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gap-requests-dropped.pcap")); err != nil {
+		t.Fatal(err)
+	}
+	if code, v, _ := runArgs("pcap", "verify", "-q", filepath.Join(dir, "gap-requests-dropped.pcap")); code != 0 {
+		t.Fatalf("the failing scenario's capture: %s", v)
+	}
+	mine := filepath.Join(dir, "mine.txt")
+	os.WriteFile(mine, []byte("scenario mine\nrule a READ of fresh memory reads zeros\nibta 9.4\nsend read_request psn=0 va=0 len=16\nexpect read_response_only psn=0 data=00000000000000000000000000000000\n"), 0o644)
+	if code, out, errOut := runArgs("conform", "--json", mine); code != 0 || !strings.Contains(out, `"name":"mine","rule"`) || !strings.Contains(out, `"pass":true`) {
+		t.Fatalf("a user's scenario: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := runArgs("conform", "-k", "^rnr$", "--list"); code != 0 || !strings.HasPrefix(out, "rnr ") {
+		t.Fatalf("--list: exit %d: %s", code, out)
+	}
+	bad := filepath.Join(dir, "bad.txt")
+	os.WriteFile(bad, []byte("scenario x\nrule y\nsend nothing_at_all\n"), 0o644)
+	if code, _, errOut := runArgs("conform", bad); code != 2 || !strings.Contains(errOut, "bad.txt:3") {
+		t.Fatalf("a bad scenario file: exit %d: %s", code, errOut)
+	}
+}

@@ -1,0 +1,205 @@
+package conform
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+// TestCatalogueSelf: uroce as a responder passes every scenario its
+// results table (results/uroce.txt) says it passes, and deviates where it
+// says so.
+func TestCatalogueSelf(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 10 {
+		t.Fatalf("%d scenarios in the catalogue", len(all))
+	}
+	want, err := Results("uroce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sc := range all {
+		names[sc.Name] = true
+	}
+	for n := range want {
+		if !names[n] {
+			t.Errorf("results/uroce.txt has %s, which the catalogue has not", n)
+		}
+	}
+	for _, sc := range all {
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := RunSelf(ctx, sc, 2*time.Second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := want[sc.Name]
+			switch {
+			case !ok:
+				t.Fatalf("no result for %s in results/uroce.txt (it got pass %v: %s)", sc.Name, r.Pass, r.Reason)
+			case w.Pass && !r.Pass:
+				t.Fatalf("%s: %s", sc.Rule, r.Reason)
+			case !w.Pass && r.Pass:
+				t.Fatalf("passes, but results/uroce.txt says it deviates: %s", w.Why)
+			}
+		})
+	}
+}
+
+const twoSteps = `
+scenario t
+rule    r
+ibta    9.7
+send    write_only psn=0 va=0 len=8 fill=1 ack
+expect  ack psn=0 msn=1
+silence 100ms
+`
+
+// crafted runs the scenario text with a fake clock; answer gives the
+// peer's frames after each frame the run sent.
+func crafted(t *testing.T, text string, answer func(env *Env, sent []byte) [][]byte) Result {
+	t.Helper()
+	scs, err := Parse(strings.NewReader(text), "t.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := Env{Local: selfLocal, Peer: selfPeer, PSN: 0xfffffe, RKey: 0x1234, VA: 0x10000, Region: 4096, Timeout: time.Second}
+	env.Peer.QPN = 0x22
+	r := NewRun(scs[0], env)
+	now := time.Unix(100, 0)
+	for i := 0; i < 1000 && !r.Done(); i++ {
+		out, wake := r.Poll(now)
+		for _, f := range out {
+			for _, a := range answer(&r.env, f) {
+				r.Input(a, now)
+			}
+		}
+		if !wake.IsZero() {
+			now = wake
+		}
+	}
+	if !r.Done() {
+		t.Fatal("the run did not end")
+	}
+	return r.Result()
+}
+
+// ack builds the peer's answer to a request frame.
+func ack(t *testing.T, env *Env, req []byte, syn bth.Syndrome, msn uint32) []byte {
+	t.Helper()
+	var p bth.Packet
+	if err := bth.Parse(req, &p); err != nil {
+		t.Fatal(err)
+	}
+	h := bth.Headers{L2L3: bth.L2L3{SrcMAC: env.Peer.MAC, DstMAC: env.Local.MAC, SrcIP: env.Peer.IP, DstIP: env.Local.IP, SrcPort: 49152},
+		BTH: bth.BTHFields{Opcode: 0x11, PKey: 0xffff, DestQP: env.Local.QPN, PSN: p.BTH().PSN()}, Syndrome: syn, MSN: msn}
+	buf := make([]byte, 256)
+	n, err := bth.Encode(buf, &h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// TestRunCrafted: the scenario engine passes a peer that answers as the
+// scenario says and fails one that answers wrongly, late, not at all or
+// during a silence, naming the line and what came.
+func TestRunCrafted(t *testing.T) {
+	// The request sent is as written: opcode, PSN from the base (wrapping),
+	// RETH at the region's offset with its key, the payload.
+	var sent []byte
+	if r := crafted(t, twoSteps, func(env *Env, f []byte) [][]byte {
+		sent = f
+		return [][]byte{ack(t, env, f, bth.ACKSyndrome(31), 1)}
+	}); !r.Pass {
+		t.Fatalf("a right answer fails: %s", r.Reason)
+	}
+	var p bth.Packet
+	if err := bth.Parse(sent, &p); err != nil || !p.ICRCOK() {
+		t.Fatalf("sent frame: %v", err)
+	}
+	if p.Opcode() != 0x0a || p.BTH().PSN() != 0xfffffe || p.RETH().VA() != 0x10000 || p.RETH().RKey() != 0x1234 ||
+		p.RETH().DMALen() != 8 || !bytes.Equal(p.Payload(), bytes.Repeat([]byte{1}, 8)) || !p.BTH().AckReq() || p.BTH().DestQP() != 0x22 {
+		t.Fatalf("sent %x", sent)
+	}
+	for _, c := range []struct {
+		name   string
+		answer func(env *Env, f []byte) [][]byte
+		reason string
+	}{
+		{"a NAK", func(env *Env, f []byte) [][]byte {
+			return [][]byte{ack(t, env, f, bth.NAKSyndrome(bth.NAKInvalidRequest), 0)}
+		},
+			"line 6: expected ack psn=0 msn=1, got RC_ACKNOWLEDGE psn=0 invalid_request msn=0 (syndrome invalid_request)"},
+		{"a wrong MSN", func(env *Env, f []byte) [][]byte { return [][]byte{ack(t, env, f, bth.ACKSyndrome(31), 2)} },
+			"(msn 2)"},
+		{"no answer", func(*Env, []byte) [][]byte { return nil }, "line 6: no answer within 1s"},
+		{"an answer twice", func(env *Env, f []byte) [][]byte {
+			a := ack(t, env, f, bth.ACKSyndrome(31), 1)
+			return [][]byte{a, a}
+		}, "line 7: expected nothing for 100ms"},
+	} {
+		r := crafted(t, twoSteps, c.answer)
+		if r.Pass || !strings.Contains(r.Reason, c.reason) {
+			t.Errorf("%s: pass %v, reason %q, want %q", c.name, r.Pass, r.Reason, c.reason)
+		}
+	}
+	// An answer with a bad ICRC is not an answer.
+	r := crafted(t, twoSteps, func(env *Env, f []byte) [][]byte {
+		a := ack(t, env, f, bth.ACKSyndrome(31), 1)
+		a[len(a)-1] ^= 1
+		return [][]byte{a}
+	})
+	if r.Pass || !strings.Contains(r.Reason, "no answer") {
+		t.Errorf("bad icrc answer: %+v", r)
+	}
+}
+
+// TestParseErrors: what is not the format is refused with its line.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"send write_only", "t.txt:1: send before the first scenario line"},
+		{"scenario a\nrule r\nsend write_sideways", `t.txt:3: unknown opcode "write_sideways"`},
+		{"scenario a\nrule r\nsend write_only psn=x", "t.txt:3: psn="},
+		{"scenario a\nrule r\nexpect ack syndrome=meh", "t.txt:3: syndrome="},
+		{"scenario a\nrule r\nsilence soon", "t.txt:3: silence"},
+		{"scenario a\nrule r\nfrobnicate", "t.txt:3: unknown keyword"},
+		{"scenario a\nsend write_only", "t.txt:1: scenario a needs a rule"},
+		{"scenario a\nrule r\nreceives -2\nsend send_only", "t.txt:3: receives"},
+	} {
+		_, err := Parse(strings.NewReader(c.text), "t.txt")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(twoSteps)
+	f.Add("scenario x\nrule y\nsend fetch_add psn=1 va=-8 add=3 compare=0x10 rkey=bad icrc=bad pkey=0x7fff\nexpect atomic_ack orig=0 data=00ff")
+	f.Fuzz(func(t *testing.T, s string) {
+		scs, err := Parse(strings.NewReader(s), "f")
+		if err != nil {
+			return
+		}
+		for _, sc := range scs {
+			r := NewRun(sc, Env{Local: selfLocal, Peer: selfPeer, Region: 4096, Timeout: time.Millisecond})
+			now := time.Unix(0, 0)
+			for i := 0; i < 100 && !r.Done(); i++ {
+				_, wake := r.Poll(now)
+				if !wake.IsZero() {
+					now = wake
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,274 @@
+package conform
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/replay"
+)
+
+// Env is the live setup a scenario runs in: this end and the peer's QP.
+type Env struct {
+	Local, Peer replay.Endpoint
+	SrcPort     uint16        // UDP source port (default 49152)
+	PSN         bth.PSN       // the first PSN the peer's QP expects
+	RKey        uint32        // the peer's region
+	VA          uint64        //
+	Region      int           // its length
+	PKey        uint16        // default 0xffff
+	Timeout     time.Duration // how long an expected answer may take (default 1s)
+}
+
+// Result is the outcome of one scenario.
+type Result struct {
+	Name   string `json:"name"`
+	Rule   string `json:"rule"`
+	IBTA   string `json:"ibta"`
+	Pass   bool   `json:"pass"`
+	Reason string `json:"reason,omitempty"` // why it failed: the step and what came
+	Line   int    `json:"line,omitempty"`   // of the failing step
+}
+
+// Run plays one scenario. Its methods are called from one goroutine.
+type Run struct {
+	sc   *Scenario
+	env  Env
+	step int
+	// The current Expect or Silence step's deadline (zero: not started).
+	until time.Time
+	got   bool // the current Expect matched
+	res   Result
+	done  bool
+	out   [][]byte
+	buf   []byte
+	pkt   bth.Packet
+}
+
+// NewRun prepares sc to run in env.
+func NewRun(sc *Scenario, env Env) *Run {
+	if env.Timeout <= 0 {
+		env.Timeout = time.Second
+	}
+	if env.PKey == 0 {
+		env.PKey = 0xffff
+	}
+	if env.SrcPort == 0 {
+		env.SrcPort = 49152
+	}
+	return &Run{sc: sc, env: env, buf: make([]byte, 1<<14), res: Result{Name: sc.Name, Rule: sc.Rule, IBTA: sc.IBTA, Pass: true}}
+}
+
+// Done reports whether the scenario is over.
+func (r *Run) Done() bool { return r.done }
+
+// Result returns the outcome.
+func (r *Run) Result() Result { return r.res }
+
+func (r *Run) fail(st *Step, format string, a ...any) {
+	if r.res.Pass {
+		r.res.Pass = false
+		r.res.Line = st.Line
+		r.res.Reason = fmt.Sprintf("line %d: ", st.Line) + fmt.Sprintf(format, a...)
+	}
+	r.done = true
+}
+
+// Poll advances to now: the frames to send, and when to be called next
+// (zero when done).
+func (r *Run) Poll(now time.Time) ([][]byte, time.Time) {
+	r.out = r.out[:0]
+	for !r.done && r.step < len(r.sc.Steps) {
+		st := &r.sc.Steps[r.step]
+		switch st.Kind {
+		case Send:
+			f, err := r.build(&st.P)
+			if err != nil {
+				r.fail(st, "%v", err)
+				return r.out, time.Time{}
+			}
+			r.out = append(r.out, f)
+			r.step++
+		case Expect, Silence:
+			if r.until.IsZero() {
+				d := r.env.Timeout
+				if st.Kind == Silence {
+					d = st.For
+				}
+				r.until = now.Add(d)
+			}
+			if st.Kind == Expect && r.got {
+				r.next()
+				continue
+			}
+			if now.Before(r.until) {
+				return r.out, r.until
+			}
+			if st.Kind == Expect {
+				r.fail(st, "no answer within %v, expected %s", r.env.Timeout, st.P.Text)
+				return r.out, time.Time{}
+			}
+			r.next()
+		}
+	}
+	r.done = true
+	return r.out, time.Time{}
+}
+
+func (r *Run) next() {
+	r.step++
+	r.until, r.got = time.Time{}, false
+}
+
+// build makes the frame of a Send step.
+func (r *Run) build(p *Pkt) ([]byte, error) {
+	e := &r.env
+	h := bth.Headers{L2L3: bth.L2L3{SrcMAC: e.Local.MAC, DstMAC: e.Peer.MAC, SrcIP: e.Local.IP, DstIP: e.Peer.IP, SrcPort: e.SrcPort},
+		BTH: bth.BTHFields{Opcode: p.Op, PKey: e.PKey, DestQP: e.Peer.QPN, PSN: e.PSN.Add(p.PSN), AckReq: p.AckReq}}
+	if p.PKey >= 0 {
+		h.BTH.PKey = uint16(p.PKey)
+	}
+	va := e.VA + uint64(p.VA)
+	if p.VA < 0 {
+		va = e.VA + uint64(int64(e.Region)+p.VA)
+	}
+	rkey := e.RKey
+	switch p.RKey {
+	case "good":
+	case "bad":
+		rkey = e.RKey ^ 0x00a5a500
+	default:
+		var n uint64
+		fmt.Sscan(p.RKey, &n)
+		rkey = uint32(n)
+	}
+	info := h.Info()
+	if info.Has(bth.HdrRETH) {
+		h.VA, h.RKey, h.DMALen = va, rkey, uint32(p.Len)
+		if p.DMALen >= 0 {
+			h.DMALen = uint32(p.DMALen)
+		}
+	}
+	if info.Has(bth.HdrAtomicETH) {
+		h.AtomicVA, h.AtomicRKey, h.SwapAdd, h.Compare = va, rkey, p.Add, p.Compare
+	}
+	var payload []byte
+	if info.Payload {
+		payload = p.Data
+		if payload == nil {
+			payload = bytes.Repeat([]byte{p.Fill}, p.Len)
+		}
+	}
+	n, err := bth.Encode(r.buf, &h, payload)
+	if err != nil {
+		return nil, err
+	}
+	f := append([]byte(nil), r.buf[:n]...)
+	if p.BadICRC {
+		f[n-1] ^= 0xff
+	}
+	return f, nil
+}
+
+var syndromes = map[string]func(bth.Syndrome) bool{
+	"ack":    func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindACK },
+	"rnr":    func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindRNR },
+	"seq":    func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindNAK && s.Value() == 0 },
+	"inv":    func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindNAK && s.Value() == bth.NAKInvalidRequest },
+	"access": func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindNAK && s.Value() == bth.NAKRemoteAccessError },
+	"op":     func(s bth.Syndrome) bool { return s.Kind() == bth.AckKindNAK && s.Value() == bth.NAKRemoteOpError },
+}
+
+// Input takes a frame received from the link; it reports whether it was
+// the peer's packet to this end.
+func (r *Run) Input(frame []byte, now time.Time) bool {
+	p := &r.pkt
+	if err := bth.Parse(frame, p); err != nil || p.Version != 2 {
+		return false
+	}
+	if p.SrcIP() != r.env.Peer.IP || p.DstIP() != r.env.Local.IP || p.BTH().DestQP() != r.env.Local.QPN {
+		return false
+	}
+	if r.done || !p.ICRCOK() {
+		return true
+	}
+	var h bth.Headers
+	p.Headers(&h)
+	got := describe(&h, p.Payload(), r.env.PSN)
+	if r.step >= len(r.sc.Steps) {
+		r.fail(&r.sc.Steps[len(r.sc.Steps)-1], "after the last step: %s", got)
+		return true
+	}
+	st := &r.sc.Steps[r.step]
+	if st.Kind == Expect && r.got {
+		// Answers can come in one batch (a READ's responses): the next
+		// step takes this one.
+		r.next()
+		if r.step >= len(r.sc.Steps) {
+			r.fail(st, "after the last step: %s", got)
+			return true
+		}
+		st = &r.sc.Steps[r.step]
+	}
+	switch st.Kind {
+	case Silence:
+		r.fail(st, "expected nothing for %v, got %s", st.For, got)
+	case Send:
+		r.fail(st, "unexpected %s before line %d was sent", got, st.Line)
+	default:
+		if why := match(&st.P, &h, p.Payload(), r.env.PSN); why != "" {
+			r.fail(st, "expected %s, got %s (%s)", st.P.Text, got, why)
+		} else {
+			r.got = true
+		}
+	}
+	return true
+}
+
+// match says how h differs from what w wants ("" when it matches).
+func match(w *Pkt, h *bth.Headers, payload []byte, base bth.PSN) string {
+	if h.BTH.Opcode != w.Op {
+		return "opcode"
+	}
+	if rel := h.BTH.PSN.Sub(base); rel != w.PSN {
+		return fmt.Sprintf("psn %+d", rel)
+	}
+	info := h.Info()
+	if w.Syndrome != "" && (!info.Has(bth.HdrAETH) || !syndromes[w.Syndrome](h.Syndrome)) {
+		return "syndrome " + h.Syndrome.CodeName()
+	}
+	if w.MSN >= 0 && int(h.MSN) != w.MSN {
+		return fmt.Sprintf("msn %d", h.MSN)
+	}
+	if w.HasLen && len(payload) != w.Len {
+		return fmt.Sprintf("length %d", len(payload))
+	}
+	if w.Data != nil && !bytes.Equal(payload, w.Data) {
+		return "payload"
+	}
+	if w.HasFill && !bytes.Equal(payload, bytes.Repeat([]byte{w.Fill}, len(payload))) {
+		return "payload"
+	}
+	if w.Orig >= 0 && h.AtomicAckOrig != uint64(w.Orig) {
+		return fmt.Sprintf("orig %#x", h.AtomicAckOrig)
+	}
+	return ""
+}
+
+func describe(h *bth.Headers, payload []byte, base bth.PSN) string {
+	s := fmt.Sprintf("%s psn=%d", h.Info().Name, h.BTH.PSN.Sub(base))
+	if h.Info().Has(bth.HdrAETH) {
+		s += fmt.Sprintf(" %s msn=%d", h.Syndrome.CodeName(), h.MSN)
+	}
+	if h.Info().Has(bth.HdrAtomicAck) {
+		s += fmt.Sprintf(" orig=%#x", h.AtomicAckOrig)
+	}
+	if len(payload) > 0 {
+		s += fmt.Sprintf(" len=%d", len(payload))
+		if len(payload) >= 8 {
+			s += fmt.Sprintf(" data=%x…", payload[:8])
+		}
+	}
+	return s
+}
