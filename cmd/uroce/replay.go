@@ -231,42 +231,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		var tool perftest.Tool = -1
 		if *perfTool != "" {
-			for t := perftest.WriteBW; t.Valid(); t++ {
-				if t.String() == *perfTool || t.String() == "ib_"+*perfTool {
-					tool = t
-				}
-			}
-			if tool < 0 {
-				return bad("--perftest %q: want ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat or ib_atomic_lat", *perfTool)
+			if tool, err = parseTool(*perfTool); err != nil {
+				return bad("%v", err)
 			}
 		}
-		raw, err := stack.OpenRaw(ctx, *dev, *xdpMode)
+		rp, err := openRawPeer(ctx, *dev, *xdpMode, peer)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce replay: %v\n", err)
 			return 1
 		}
-		defer raw.Close()
-		var local netip.Addr
-		for _, a := range raw.Addrs {
-			if a.Is4() == peer.Is4() && !a.IsLinkLocalUnicast() {
-				local = a
-				break
-			}
-		}
-		if !local.IsValid() {
-			fmt.Fprintf(stderr, "uroce replay: %s has no address of %v's family\n", *dev, peer)
-			return 1
-		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		mac, err := raw.Neighbors.Resolve(rctx, peer)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "uroce replay: %v (is %v on %s's network?)\n", err, peer, *dev)
-			return 1
-		}
-		link = raw.Link
+		defer rp.Close()
+		link = rp.raw.Link
+		local, mac := rp.local.IP, rp.peer.MAC
 		rec, peerRec := c.Recorded(me), c.Recorded(1-me)
-		live = replay.Live{Local: replay.Endpoint{MAC: raw.MAC, IP: local, QPN: rec.QPN}, Peer: replay.Endpoint{MAC: mac, IP: peer},
+		live = replay.Live{Local: replay.Endpoint{MAC: rp.local.MAC, IP: local, QPN: rec.QPN}, Peer: replay.Endpoint{MAC: mac, IP: peer},
 			LocalPSN: -1, PeerPSN: nums["peer-psn"], RKey: nums["rkey"]}
 		if nums["psn"] >= 0 {
 			live.LocalPSN = nums["psn"]
@@ -279,43 +257,17 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		switch {
 		case tool >= 0:
 			establish = func(play func(replay.Live) error) error {
-				dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				nc, err := oob.Dial(dctx, addr, 0)
-				cancel()
-				if err != nil {
-					return fmt.Errorf("%v (is %s running as server on %v?)", err, tool, peer)
-				}
-				defer nc.Close()
 				mtu := perftest.MTUFromBytes(peerRec.PMTU)
 				if mtu == 0 {
 					mtu = perftest.MTUFromBytes(rec.PMTU)
 				}
-				if mtu == 0 {
-					mtu = perftest.MTU1024
-				}
-				var playErr error
-				_, err = perftest.Run(ctx, nc, perftest.Config{Tool: tool, Role: perftest.Client}, perftest.Params{MTU: mtu}, perftest.Hooks{
-					Local: func(perftest.Agreed) ([]perftest.Dest, error) {
-						return []perftest.Dest{{QPN: rec.QPN, PSN: uint32(rec.PSN), RKey: rec.RKey, VAddr: rec.VA, GID: gid, OutReads: 16}}, nil
-					},
-					Connect: func(remote []perftest.Dest) error {
-						r := remote[0]
+				return perftestClient(ctx, addr, tool, mtu,
+					perftest.Dest{QPN: rec.QPN, PSN: uint32(rec.PSN), RKey: rec.RKey, VAddr: rec.VA, GID: gid, OutReads: 16},
+					func(r perftest.Dest) error {
 						live.Peer.QPN, live.PeerPSN, live.RKey = r.QPN, int64(r.PSN), int64(r.RKey)
 						live.VA, live.VASet = r.VAddr, true
-						return nil
-					},
-					Run: func(int) error {
-						playErr = play(live)
-						return nil
-					},
-				})
-				if playErr != nil {
-					return playErr
-				}
-				if err != nil {
-					fmt.Fprintf(stderr, "uroce replay: after the replay, the perftest exchange: %v\n", err)
-				}
-				return nil
+						return play(live)
+					}, func(err error) { fmt.Fprintf(stderr, "uroce replay: %v\n", err) })
 			}
 		case *pp:
 			establish = func(play func(replay.Live) error) error {
