@@ -23,12 +23,14 @@ type Env struct {
 
 // Result is the outcome of one scenario.
 type Result struct {
-	Name   string `json:"name"`
-	Rule   string `json:"rule"`
-	IBTA   string `json:"ibta"`
-	Pass   bool   `json:"pass"`
-	Reason string `json:"reason,omitempty"` // why it failed: the step and what came
-	Line   int    `json:"line,omitempty"`   // of the failing step
+	Name string `json:"name"`
+	Rule string `json:"rule"`
+	IBTA string `json:"ibta"`
+	Pass bool   `json:"pass"`
+	// Skipped says why the scenario could not run against this peer.
+	Skipped string `json:"skipped,omitempty"`
+	Reason  string `json:"reason,omitempty"` // why it failed: the step and what came
+	Line    int    `json:"line,omitempty"`   // of the failing step
 }
 
 // Run plays one scenario. Its methods are called from one goroutine.

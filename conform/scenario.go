@@ -347,3 +347,28 @@ func Results(peer string) (map[string]Expected, error) {
 	defer f.Close()
 	return ParseResults(f)
 }
+
+// Needs is what a scenario's requests need of the peer's QP: the remote
+// accesses they use and whether they are SENDs.
+type Needs struct{ Write, Read, Atomic, Send bool }
+
+// Needs returns what sc's requests need.
+func (sc *Scenario) Needs() Needs {
+	var n Needs
+	for _, st := range sc.Steps {
+		if st.Kind != Send {
+			continue
+		}
+		switch st.P.Op.Info().Kind {
+		case bth.KindWrite:
+			n.Write = true
+		case bth.KindReadRequest:
+			n.Read = true
+		case bth.KindCompareSwap, bth.KindFetchAdd:
+			n.Atomic = true
+		case bth.KindSend:
+			n.Send = true
+		}
+	}
+	return n
+}

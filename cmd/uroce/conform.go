@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/google/gopacket"
@@ -17,13 +20,15 @@ import (
 
 	"github.com/uroce/uroce/conform"
 	"github.com/uroce/uroce/internal/app"
+	"github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/replay"
 )
 
 func init() {
 	register(&command{name: "conform", summary: "check a RoCE peer's transport rules with scripted scenarios", run: runConform})
 }
 
-const conformUsage = `usage: uroce conform [flags] [SCENARIOS.txt…]
+const conformUsage = `usage: uroce conform [flags] [SCENARIOS.txt…] [PEER]
 
 Runs transport scenarios against a peer, each checking one IBTA rule of an
 RC responder (duplicates, PSN sequence errors, NAK codes, silent drops,
@@ -34,6 +39,16 @@ The catalogue shipped with uroce runs unless files of scenarios are given
 The peer:
   --self            a uroce responder in this process, a fresh QP for each
                     scenario (default; no privilege, no network)
+  -d IFACE PEER     the RoCE peer at address PEER from interface IFACE
+                    (root), its QP set up for each scenario by
+    --perftest TOOL perftest's exchange with TOOL's server, which the
+                    user runs again for each scenario (ib_write_bw,
+                    ib_read_bw, ib_atomic_bw, ib_send_bw -s 64 or more);
+                    a perftest server grants one kind of remote access,
+                    so scenarios that need another are skipped, and
+                    those that need receives need ib_send_bw
+    --port N        its TCP port (18515)
+    --xdp-mode M    auto, native or generic
 
 flags:
   -k REGEX          only the scenarios whose names match
@@ -57,6 +72,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", time.Second, "")
 	jsonOut := fs.Bool("json", false, "")
 	dir := fs.String("w", "", "")
+	dev := fs.String("d", "", "")
+	xdpMode := fs.String("xdp-mode", "auto", "")
+	perfTool := fs.String("perftest", "", "")
+	port := fs.Int("port", 18515, "")
 	files, err := app.ParseArgs(fs, args)
 	if err == flag.ErrHelp {
 		fmt.Fprint(stdout, conformUsage)
@@ -68,6 +87,23 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if err != nil {
 		return bad("%v\n%s", err, conformUsage)
+	}
+	var peerIP netip.Addr
+	var tool perftest.Tool = -1
+	if *dev != "" {
+		if len(files) == 0 {
+			return bad("-d needs the peer's address\n%s", conformUsage)
+		}
+		if peerIP, err = netip.ParseAddr(files[len(files)-1]); err != nil {
+			return bad("peer %q: not an IP address", files[len(files)-1])
+		}
+		files = files[:len(files)-1]
+		if *perfTool == "" {
+			return bad("-d needs --perftest TOOL: how the peer's QP is set up")
+		}
+		if tool, err = parseTool(*perfTool); err != nil {
+			return bad("%v", err)
+		}
 	}
 	var scs []*conform.Scenario
 	if len(files) == 0 {
@@ -109,17 +145,55 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return 0
 	}
-	failed := 0
+	run := func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
+		return conform.RunSelf(ctx, s, *timeout, tap)
+	}
+	if *dev != "" {
+		rp, err := openRawPeer(ctx, *dev, *xdpMode, peerIP)
+		if err != nil {
+			fmt.Fprintf(stderr, "uroce conform: %v\n", err)
+			return 1
+		}
+		defer rp.Close()
+		addr := net.JoinHostPort(peerIP.String(), strconv.Itoa(*port))
+		n := 0
+		run = func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
+			res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}
+			if why := perftestSkips(s, tool); why != "" {
+				res.Skipped = why
+				return res, nil
+			}
+			n++
+			const psn = 0xfffffa
+			local := rp.local
+			local.QPN = uint32(0x100 + n) // a QPN of its own: late packets of an earlier scenario are not its
+			err := perftestClient(ctx, addr, tool, perftest.MTU1024,
+				perftest.Dest{QPN: local.QPN, PSN: psn, GID: local.IP.As16(), OutReads: 16},
+				func(r perftest.Dest) error {
+					peer := rp.peer
+					peer.QPN = r.QPN
+					cr := conform.NewRun(s, conform.Env{Local: local, Peer: peer, PSN: psn, RKey: r.RKey, VA: r.VAddr,
+						Region: 4096, Timeout: *timeout})
+					err := replay.Drive(ctx, cr, rp.raw.Link, tap)
+					res = cr.Result()
+					return err
+				}, func(err error) { fmt.Fprintf(stderr, "uroce conform: %s: %v\n", s.Name, err) })
+			return res, err
+		}
+	}
+	failed, skipped := 0, 0
 	enc := json.NewEncoder(stdout)
 	for _, s := range scs {
 		var frames [][]byte
 		tap := func(b []byte, _ bool) { frames = append(frames, append([]byte(nil), b...)) }
-		r, err := conform.RunSelf(ctx, s, *timeout, tap)
+		r, err := run(s, tap)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce conform: %s: %v\n", s.Name, err)
 			return 1
 		}
-		if !r.Pass {
+		if r.Skipped != "" {
+			skipped++
+		} else if !r.Pass {
 			failed++
 			if *dir != "" {
 				if err := writeFrames(filepath.Join(*dir, s.Name+".pcap"), frames); err != nil {
@@ -132,21 +206,45 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			continue
 		}
 		res := "PASS"
-		if !r.Pass {
+		switch {
+		case r.Skipped != "":
+			res = "SKIP"
+		case !r.Pass:
 			res = "FAIL"
 		}
 		fmt.Fprintf(stdout, "%-24s %s  %-40s %s\n", r.Name, res, r.IBTA, r.Rule)
-		if !r.Pass {
+		switch {
+		case r.Skipped != "":
+			fmt.Fprintf(stdout, "%24s       %s\n", "", r.Skipped)
+		case !r.Pass:
 			fmt.Fprintf(stdout, "%24s       %s\n", "", r.Reason)
 		}
 	}
 	if !*jsonOut {
-		fmt.Fprintf(stdout, "%d scenarios, %d passed, %d failed\n", len(scs), len(scs)-failed, failed)
+		fmt.Fprintf(stdout, "%d scenarios, %d passed, %d failed, %d skipped\n", len(scs), len(scs)-failed-skipped, failed, skipped)
 	}
 	if failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// perftestSkips says why s cannot run against tool's server, if it
+// cannot: a perftest server's region grants the remote access of its
+// verb only, and only ib_send_bw posts receives.
+func perftestSkips(s *conform.Scenario, tool perftest.Tool) string {
+	n := s.Needs()
+	verb := tool.Verb()
+	switch {
+	case n.Write && verb != perftest.Write, n.Read && verb != perftest.Read, n.Atomic && verb != perftest.Atomic:
+		return fmt.Sprintf("needs remote access %s does not grant (its region allows %s only)", tool,
+			map[perftest.Verb]string{perftest.Send: "SENDs", perftest.Write: "remote writes", perftest.Read: "remote reads", perftest.Atomic: "remote atomics"}[verb])
+	case s.Receives > 0 && tool != perftest.SendBW:
+		return fmt.Sprintf("needs receives posted: run it against ib_send_bw, not %s", tool)
+	case s.Receives < 0 && tool == perftest.SendBW:
+		return "needs a QP without receives: ib_send_bw posts them"
+	}
+	return ""
 }
 
 // writeFrames writes frames as a pcap file.

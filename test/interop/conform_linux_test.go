@@ -1,0 +1,74 @@
+package interop
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/uroce/uroce/conform"
+)
+
+// TestConformRxe runs the catalogue's scenarios that a stock perftest
+// server can host (its region grants one kind of remote access) against
+// rdma_rxe, one server run per scenario, and checks each outcome against
+// rxe's checked-in results (conform/results/rxe-6.1.txt).
+func TestConformRxe(t *testing.T) {
+	t.Parallel()
+	all, err := conform.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := conform.Results("rxe-6.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []step
+	for _, sc := range all {
+		n := sc.Needs()
+		var tool, guest string
+		switch {
+		case n.Read || n.Write && n.Atomic || sc.Receives > 0:
+			continue // no stock server grants it
+		case n.Atomic:
+			tool, guest = "ib_atomic_bw", "ib_atomic_bw -d rxe0 -x 1 -n 5"
+		default:
+			tool, guest = "ib_write_bw", "ib_write_bw -d rxe0 -x 1 -n 5 -s 64"
+		}
+		w, ok := want[sc.Name]
+		if !ok {
+			t.Fatalf("no rxe result for %s in conform/results/rxe-6.1.txt", sc.Name)
+		}
+		exit, line := 0, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(sc.Name)+` +PASS `)
+		if !w.Pass {
+			exit, line = 1, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(sc.Name)+` +FAIL `)
+		}
+		name := sc.Name
+		steps = append(steps, step{name: "conform-" + name, guest: guest, uroceExit: exit, badFrames: sendsBadICRC(sc),
+			uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--perftest", tool, "--timeout", "2s"},
+			check: func(t *testing.T, g, u string) {
+				if !line.MatchString(u) {
+					t.Errorf("%s: want %s:\n%s", name, map[bool]string{true: "PASS", false: "FAIL"}[w.Pass], u)
+				}
+			},
+			// The scenarios make NAKs, gaps and drops on purpose; only
+			// the frames meant to be bad may be.
+			capture: func(t *testing.T, f *findings) {
+				if f.counts.ICRCBad != countBadICRC(sc) {
+					t.Errorf("%s: %d frames with a bad ICRC, the scenario sends %d: %s", name, f.counts.ICRCBad, countBadICRC(sc), f)
+				}
+			}})
+	}
+	g := group{mtu: 1500, pcap: "conform.pcap", stepTimeout: 60e9, steps: steps}
+	g.run(t)
+}
+
+func countBadICRC(sc *conform.Scenario) int {
+	n := 0
+	for _, st := range sc.Steps {
+		if st.Kind == conform.Send && st.P.BadICRC {
+			n++
+		}
+	}
+	return n
+}
+
+func sendsBadICRC(sc *conform.Scenario) bool { return countBadICRC(sc) > 0 }
