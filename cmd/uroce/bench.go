@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -17,12 +18,15 @@ const benchUsage = `usage: uroce bench link [flags]
 
 link measures, in one run, on a veth pair between two network namespaces:
 the raw AF_XDP frame rate (frames of the given size blasted from one end to
-the other, no RoCE processing), then the goodput of RC RDMA WRITEs through
-the whole stack, in alternating rounds, and prints both and their ratio.
+the other, no RoCE processing), the goodput of RC RDMA WRITEs through the
+whole stack and that of one kernel TCP stream, in alternating rounds, and
+prints them, their ratios, and the CPU seconds the machine spent per GB
+moved by each.
 
 lat measures the latency of small RC RDMA WRITEs on such a pair as
 ib_write_lat does (ping-pong, each side watching its memory), with the
-engines sleeping in poll(2) and busy-polling.
+engines sleeping in poll(2) and busy-polling, next to the kernel's UDP
+and TCP ping-pongs of the same size.
 
 Both need root.
 
@@ -52,6 +56,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.RawWindow, "raw-window", 512, "raw frames in flight at most")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
+	fs.BoolVar(&o.NoTCP, "no-kernel", false, "leave out the kernel TCP stream of each round")
+	jsonOut := fs.Bool("json", false, "the report as JSON")
 	if code := parseFlags(fs, args[1:], stderr); code >= 0 {
 		return code
 	}
@@ -59,7 +65,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return runFailed(stderr, fs.Name(), err)
 	}
-	rep.Write(stdout)
+	if *jsonOut {
+		json.NewEncoder(stdout).Encode(rep)
+	} else {
+		rep.Write(stdout)
+	}
 	return 0
 }
 
@@ -71,6 +81,8 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.IntVar(&o.Iters, "iters", 10000, "measured round trips per mode")
 	mode := fs.String("mode", "both", "engine polling: poll, busy or both")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	fs.BoolVar(&o.NoKernel, "no-kernel", false, "leave out the kernel UDP and TCP ping-pongs")
+	jsonOut := fs.Bool("json", false, "the report as JSON")
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -88,6 +100,10 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return runFailed(stderr, fs.Name(), err)
 	}
-	rep.Write(stdout)
+	if *jsonOut {
+		json.NewEncoder(stdout).Encode(rep)
+	} else {
+		rep.Write(stdout)
+	}
 	return 0
 }

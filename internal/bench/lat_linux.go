@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -35,6 +36,17 @@ func Lat(ctx context.Context, o LatOptions) (*LatReport, error) {
 			return r, fmt.Errorf("bench lat: %w", err)
 		}
 		r.Results = append(r.Results, res)
+	}
+	if !o.NoKernel {
+		for _, network := range []string{"udp", "tcp"} {
+			samples, err := pingPong(ctx, pair, network, o.Size, o.Warmup, o.Iters)
+			if err != nil {
+				return r, fmt.Errorf("bench lat: %w", err)
+			}
+			res := summarizeLat(samples)
+			res.Kernel = strings.ToUpper(network)
+			r.Results = append(r.Results, res)
+		}
 	}
 	return r, nil
 }
@@ -132,12 +144,21 @@ func latRun(ctx context.Context, pair *netns.Pair, o *LatOptions, busy bool) (La
 		return res, err
 	}
 	slices.Sort(samples)
+	busyPoll := res.BusyPoll
+	res = summarizeLat(samples)
+	res.BusyPoll = busyPoll
+	return res, nil
+}
+
+// summarizeLat gives the figures of sorted samples.
+func summarizeLat(samples []time.Duration) LatResult {
+	var res LatResult
 	k := len(samples)
 	res.Iters = k
 	res.Min, res.Median, res.Max = samples[0], samples[k/2], samples[k-1]
 	res.P99 = samples[min(k-1, k*99/100)]
 	res.P999 = samples[min(k-1, k*999/1000)]
-	return res, nil
+	return res
 }
 
 // write writes message i (its last byte i) to the peer and waits for its

@@ -36,9 +36,19 @@ func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 		if err := roce(ctx, pair, &o, &rc); err != nil {
 			return r, fmt.Errorf("bench link: rc write: %w", err)
 		}
-		r.Rounds = append(r.Rounds, LinkRound{RawSentPerSec: raw.RawSentPerSec, RawFramesPerSec: raw.RawFramesPerSec,
+		round := LinkRound{RawSentPerSec: raw.RawSentPerSec, RawFramesPerSec: raw.RawFramesPerSec,
 			RawRxDropped: raw.RawRxDropped, RoCEMessages: rc.RoCEMessages, RoCEGoodput: rc.RoCEGoodput,
-			RoCEPacketsPerSec: rc.RoCEPacketsPerSec, RoCERetransmitted: rc.RoCERetransmitted})
+			RoCEPacketsPerSec: rc.RoCEPacketsPerSec, RoCERetransmitted: rc.RoCERetransmitted, RoCECPUPerGB: rc.RoCECPUPerGB}
+		if !o.NoTCP {
+			cpu0 := cpuBusy()
+			gp, bytes, err := tcpStream(ctx, pair, o.Duration)
+			if err != nil {
+				return r, fmt.Errorf("bench link: %w", err)
+			}
+			// The stream's setup is a few packets; its CPU is the run's.
+			round.TCPGoodput, round.TCPCPUPerGB = gp, cpuPerGB(cpuBusy()-cpu0, bytes)
+		}
+		r.Rounds = append(r.Rounds, round)
 	}
 	r.summarize()
 	return r, nil
@@ -274,9 +284,9 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 		return done - d0, time.Since(start)
 	}
 	run(o.Duration / 10) // warm up
-	c0 := a.Counters()
+	c0, cpu0 := a.Counters(), cpuBusy()
 	n, el := run(o.Duration)
-	c1 := a.Counters()
+	c1, cpu1 := a.Counters(), cpuBusy()
 	// Let the rest finish before the QPs go.
 	for done < posted && failed == nil && ctx.Err() == nil {
 		if k := cqA.Poll(wcs); k > 0 {
@@ -300,5 +310,6 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	r.RoCEGoodput = float64(n) * float64(o.Size) * 8 / secs
 	r.RoCEPacketsPerSec = float64(c1.SentPkts-c0.SentPkts) / secs
 	r.RoCERetransmitted = c1.QP.RetransmittedPkts - c0.QP.RetransmittedPkts
+	r.RoCECPUPerGB = cpuPerGB(cpu1-cpu0, n*uint64(o.Size))
 	return nil
 }

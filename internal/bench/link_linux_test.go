@@ -26,12 +26,13 @@ func TestLink(t *testing.T) {
 			t.Errorf("mtu %d: frame %d, payload %d", mtu, r.Frame, r.FramePayload)
 		}
 		m := &r.Median
-		if len(r.Rounds) != 1 || m.RawFramesPerSec <= 0 || m.RoCEMessages == 0 || m.RoCEGoodput <= 0 || r.Ratio(m) <= 0 {
+		if len(r.Rounds) != 1 || m.RawFramesPerSec <= 0 || m.RoCEMessages == 0 || m.RoCEGoodput <= 0 || r.Ratio(m) <= 0 ||
+			m.TCPGoodput <= 0 || m.RoCECPUPerGB <= 0 || m.TCPCPUPerGB <= 0 {
 			t.Errorf("mtu %d: nothing measured: %+v", mtu, r)
 		}
 		var out strings.Builder
 		r.Write(&out)
-		if !strings.Contains(out.String(), "ratio") {
+		if !strings.Contains(out.String(), "ratio") || !strings.Contains(out.String(), "one kernel TCP stream") {
 			t.Errorf("report:\n%s", out.String())
 		}
 		t.Log("\n" + out.String())
@@ -54,7 +55,7 @@ func TestLat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Results) != 2 || r.Results[0].BusyPoll || !r.Results[1].BusyPoll {
+	if len(r.Results) != 4 || r.Results[0].BusyPoll || !r.Results[1].BusyPoll || r.Results[2].Kernel != "UDP" || r.Results[3].Kernel != "TCP" {
 		t.Fatalf("results %+v", r.Results)
 	}
 	for _, x := range r.Results {
@@ -65,6 +66,9 @@ func TestLat(t *testing.T) {
 	var out strings.Builder
 	r.Write(&out)
 	t.Log("\n" + out.String())
+	if !strings.Contains(out.String(), "/ kernel UDP: median") {
+		t.Errorf("report:\n%s", out.String())
+	}
 	if _, err := Lat(context.Background(), LatOptions{Size: -1}); err == nil {
 		t.Error("negative size accepted")
 	}

@@ -33,6 +33,8 @@ type LinkOptions struct {
 	XDPMode string
 	// BusyPoll makes the RoCE engines spin instead of sleeping in poll(2).
 	BusyPoll bool
+	// NoTCP leaves out the kernel TCP stream of each round.
+	NoTCP bool
 }
 
 func (o *LinkOptions) defaults() error {
@@ -83,6 +85,10 @@ type LinkRound struct {
 	RoCEGoodput       float64 // bits of WRITE payload per second
 	RoCEPacketsPerSec float64 // packets A transmitted per second
 	RoCERetransmitted uint64
+	RoCECPUPerGB      float64 // CPU seconds (the whole machine's) per GB of WRITE payload
+
+	TCPGoodput  float64 // one kernel TCP stream, bits per second
+	TCPCPUPerGB float64
 }
 
 // LinkReport is what Link measured: each round, and the medians.
@@ -115,6 +121,9 @@ func (r *LinkReport) summarize() {
 	m.RoCEGoodput = med(func(x *LinkRound) float64 { return x.RoCEGoodput })
 	m.RoCEPacketsPerSec = med(func(x *LinkRound) float64 { return x.RoCEPacketsPerSec })
 	m.RoCERetransmitted = uint64(med(func(x *LinkRound) float64 { return float64(x.RoCERetransmitted) }))
+	m.RoCECPUPerGB = med(func(x *LinkRound) float64 { return x.RoCECPUPerGB })
+	m.TCPGoodput = med(func(x *LinkRound) float64 { return x.TCPGoodput })
+	m.TCPCPUPerGB = med(func(x *LinkRound) float64 { return x.TCPCPUPerGB })
 }
 
 // RawPayloadRate is the payload the raw frames of x would carry, in bits
@@ -145,10 +154,19 @@ func (r *LinkReport) Write(w io.Writer) {
 		r.MTU, r.PathMTU.Bytes(), mode, len(r.Rounds), r.Duration)
 	fmt.Fprintf(w, "  raw AF_XDP: %d-byte frames (%d-byte payloads), up to %d in flight\n", r.Frame, r.FramePayload, r.RawWindow)
 	fmt.Fprintf(w, "  RC WRITE:   %d-byte messages, %d in flight, engines %s\n", r.Size, r.Window, poll)
-	fmt.Fprintf(w, "  %-7s %14s %14s %10s %16s %14s %8s %7s\n", "round", "raw Mframes/s", "raw Gbit/s*", "raw drops", "RC WRITE Gbit/s", "RC Mpackets/s", "retrans", "ratio")
+	if !r.NoTCP {
+		fmt.Fprintf(w, "  kernel TCP: one stream from the same namespace to the other, 1 MiB writes\n")
+	}
+	fmt.Fprintf(w, "  %-7s %14s %14s %10s %16s %14s %8s %7s %10s %9s %9s %9s\n", "round", "raw Mframes/s", "raw Gbit/s*", "raw drops",
+		"RC WRITE Gbit/s", "RC Mpackets/s", "retrans", "ratio", "TCP Gbit/s", "RC/TCP", "RC s/GB", "TCP s/GB")
 	line := func(name string, x *LinkRound) {
-		fmt.Fprintf(w, "  %-7s %14.3f %14.2f %10d %16.2f %14.3f %8d %6.1f%%\n", name, x.RawFramesPerSec/1e6,
-			r.RawPayloadRate(x)/1e9, x.RawRxDropped, x.RoCEGoodput/1e9, x.RoCEPacketsPerSec/1e6, x.RoCERetransmitted, r.Ratio(x)*100)
+		tcp := 0.0
+		if x.TCPGoodput > 0 {
+			tcp = x.RoCEGoodput / x.TCPGoodput * 100
+		}
+		fmt.Fprintf(w, "  %-7s %14.3f %14.2f %10d %16.2f %14.3f %8d %6.1f%% %10.2f %8.1f%% %9.3f %9.3f\n", name, x.RawFramesPerSec/1e6,
+			r.RawPayloadRate(x)/1e9, x.RawRxDropped, x.RoCEGoodput/1e9, x.RoCEPacketsPerSec/1e6, x.RoCERetransmitted, r.Ratio(x)*100,
+			x.TCPGoodput/1e9, tcp, x.RoCECPUPerGB, x.TCPCPUPerGB)
 	}
 	for i := range r.Rounds {
 		line(fmt.Sprint(i+1), &r.Rounds[i])
@@ -156,6 +174,10 @@ func (r *LinkReport) Write(w io.Writer) {
 	line("median", &r.Median)
 	fmt.Fprintf(w, "  * payload bits the raw frames would carry as RoCE data packets\n")
 	fmt.Fprintf(w, "  ratio (medians): RC WRITE goodput / raw payload rate = %.1f %%\n", r.Ratio(&r.Median)*100)
+	if r.Median.TCPGoodput > 0 {
+		fmt.Fprintf(w, "  RC WRITE goodput / one kernel TCP stream (medians) = %.1f %%; CPU s/GB: the machine's busy time per GB moved\n",
+			r.Median.RoCEGoodput/r.Median.TCPGoodput*100)
+	}
 }
 
 // LatOptions configure Lat.
@@ -172,6 +194,8 @@ type LatOptions struct {
 	Modes []bool
 	// XDPMode is how the XDP program attaches: auto, native or generic.
 	XDPMode string
+	// NoKernel leaves out the kernel UDP and TCP ping-pongs.
+	NoKernel bool
 }
 
 func (o *LatOptions) defaults() error {
@@ -201,8 +225,10 @@ func (o *LatOptions) defaults() error {
 	return nil
 }
 
-// LatResult is one polling mode's figures: half round trips.
+// LatResult is one polling mode's figures, or the kernel's (Kernel: UDP
+// or TCP): half round trips.
 type LatResult struct {
+	Kernel                      string `json:",omitempty"`
 	BusyPoll                    bool
 	Iters                       int
 	Min, Median, P99, P999, Max time.Duration
@@ -216,15 +242,36 @@ type LatReport struct {
 
 // Write prints the report.
 func (r *LatReport) Write(w io.Writer) {
-	fmt.Fprintf(w, "uroce bench lat: RC WRITE ping-pong of %d-byte messages between two namespaces (veth, MTU %d), as ib_write_lat measures it\n",
+	fmt.Fprintf(w, "uroce bench lat: RC WRITE ping-pong of %d-byte messages between two namespaces (veth, MTU %d), as ib_write_lat measures it,\n",
 		r.Size, r.MTU)
-	fmt.Fprintf(w, "  %-13s %8s %9s %9s %9s %9s %9s   (µs, half round trip)\n", "engines", "iters", "min", "median", "p99", "p99.9", "max")
-	for _, x := range r.Results {
-		mode := "poll(2)"
-		if x.BusyPoll {
-			mode = "busy-polling"
+	fmt.Fprintf(w, "  next to the kernel's UDP and TCP ping-pong of the same size on the same pair\n")
+	fmt.Fprintf(w, "  %-18s %8s %9s %9s %9s %9s %9s   (µs, half round trip)\n", "", "iters", "min", "median", "p99", "p99.9", "max")
+	var udp *LatResult
+	for i, x := range r.Results {
+		mode := "RC WRITE, poll(2)"
+		switch {
+		case x.Kernel != "":
+			mode = "kernel " + x.Kernel
+			if x.Kernel == "UDP" {
+				udp = &r.Results[i]
+			}
+		case x.BusyPoll:
+			mode = "RC WRITE, busy"
 		}
 		us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-		fmt.Fprintf(w, "  %-13s %8d %9.2f %9.2f %9.2f %9.2f %9.2f\n", mode, x.Iters, us(x.Min), us(x.Median), us(x.P99), us(x.P999), us(x.Max))
+		fmt.Fprintf(w, "  %-18s %8d %9.2f %9.2f %9.2f %9.2f %9.2f\n", mode, x.Iters, us(x.Min), us(x.Median), us(x.P99), us(x.P999), us(x.Max))
+	}
+	if udp == nil {
+		return
+	}
+	for _, x := range r.Results {
+		if x.Kernel == "" {
+			mode := "poll(2)"
+			if x.BusyPoll {
+				mode = "busy-polling"
+			}
+			fmt.Fprintf(w, "  RC WRITE (%s) / kernel UDP: median %.2f×, p99.9 %.2f×\n", mode,
+				float64(x.Median)/float64(udp.Median), float64(x.P999)/float64(udp.P999))
+		}
 	}
 }
