@@ -19,9 +19,10 @@ const benchUsage = `usage: uroce bench link [flags]
 link measures, in one run, on a veth pair between two network namespaces:
 the raw AF_XDP frame rate (frames of the given size blasted from one end to
 the other, no RoCE processing), the goodput of RC RDMA WRITEs through the
-whole stack and that of one kernel TCP stream, in alternating rounds, and
-prints them, their ratios, and the CPU seconds the machine spent per GB
-moved by each.
+whole stack and that of one kernel TCP stream, RC READ, and 64-byte RC
+WRITEs against 64-byte kernel UDP datagrams per second, in alternating
+rounds, and prints them, their ratios, and the CPU seconds the machine
+spent per GB moved by each.
 
 lat measures the latency of small RC RDMA WRITEs on such a pair as
 ib_write_lat does (ping-pong, each side watching its memory), with the
@@ -56,7 +57,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.RawWindow, "raw-window", 512, "raw frames in flight at most")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
-	fs.BoolVar(&o.NoTCP, "no-kernel", false, "leave out the kernel TCP stream of each round")
+	fs.BoolVar(&o.NoTCP, "no-kernel", false, "leave out the kernel TCP stream and UDP datagrams of each round")
+	fs.BoolVar(&o.NoExtra, "no-extra", false, "leave out the RC READ and 64-byte message rate phases")
 	jsonOut := fs.Bool("json", false, "the report as JSON")
 	if code := parseFlags(fs, args[1:], stderr); code >= 0 {
 		return code

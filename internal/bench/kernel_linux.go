@@ -115,6 +115,57 @@ func tcpStream(ctx context.Context, pair *netns.Pair, d time.Duration) (float64,
 	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds(), b1 - b0, ctx.Err()
 }
 
+// udpRate sends size-byte UDP datagrams from A to B as fast as one
+// sender goroutine can for d (after a tenth of it to warm up) and returns
+// how many arrived per second.
+func udpRate(ctx context.Context, pair *netns.Pair, size int, d time.Duration) (float64, error) {
+	addr := netip.AddrPortFrom(addrB, kernelPort+2)
+	_, pc, err := listenIn(pair.B, "udp", addr)
+	if err != nil {
+		return 0, fmt.Errorf("kernel udp: listen: %w", err)
+	}
+	defer pc.Close()
+	if uc, ok := pc.(*net.UDPConn); ok {
+		uc.SetReadBuffer(8 << 20)
+	}
+	var got atomic.Uint64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	c, err := dialIn(ctx, pair.A, "udp", addr)
+	if err != nil {
+		return 0, fmt.Errorf("kernel udp: connect: %w", err)
+	}
+	defer c.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		msg := make([]byte, size)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.Write(msg) // a full socket buffer drops: the receiver counts
+		}
+	}()
+	sleep(ctx, d/10)
+	n0, t0 := got.Load(), time.Now()
+	sleep(ctx, d)
+	n1, t1 := got.Load(), time.Now()
+	close(stop)
+	<-done
+	return float64(n1-n0) / t1.Sub(t0).Seconds(), ctx.Err()
+}
+
 // pingPong measures size-byte ping-pongs over the kernel's UDP or TCP
 // from A to B and back: half round trips, as ib_write_lat reports.
 func pingPong(ctx context.Context, pair *netns.Pair, network string, size, warmup, iters int) ([]time.Duration, error) {

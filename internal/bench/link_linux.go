@@ -36,7 +36,17 @@ func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 		if err := roce(ctx, pair, &o, &rc); err != nil {
 			return r, fmt.Errorf("bench link: rc write: %w", err)
 		}
+		var rd, small LinkRound
+		if !o.NoExtra {
+			if err := roceOp(ctx, pair, &o, stack.OpRead, o.Size, o.Window, &rd); err != nil {
+				return r, fmt.Errorf("bench link: rc read: %w", err)
+			}
+			if err := roceOp(ctx, pair, &o, stack.OpWrite, 64, 256, &small); err != nil {
+				return r, fmt.Errorf("bench link: rc write 64 B: %w", err)
+			}
+		}
 		round := LinkRound{RawSentPerSec: raw.RawSentPerSec, RawFramesPerSec: raw.RawFramesPerSec,
+			ReadGoodput: rd.RoCEGoodput, Write64Rate: float64(small.RoCEMessages) / o.Duration.Seconds(),
 			RawRxDropped: raw.RawRxDropped, RoCEMessages: rc.RoCEMessages, RoCEGoodput: rc.RoCEGoodput,
 			RoCEPacketsPerSec: rc.RoCEPacketsPerSec, RoCERetransmitted: rc.RoCERetransmitted, RoCECPUPerGB: rc.RoCECPUPerGB}
 		if !o.NoTCP {
@@ -47,6 +57,11 @@ func Link(ctx context.Context, o LinkOptions) (*LinkReport, error) {
 			}
 			// The stream's setup is a few packets; its CPU is the run's.
 			round.TCPGoodput, round.TCPCPUPerGB = gp, cpuPerGB(cpuBusy()-cpu0, bytes)
+			if !o.NoExtra {
+				if round.UDP64Rate, err = udpRate(ctx, pair, 64, o.Duration); err != nil {
+					return r, fmt.Errorf("bench link: %w", err)
+				}
+			}
 		}
 		r.Rounds = append(r.Rounds, round)
 	}
@@ -194,6 +209,13 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // roce runs RC WRITEs from A to B for the duration.
 func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) error {
+	return roceOp(ctx, pair, o, stack.OpWrite, o.Size, o.Window, r)
+}
+
+// roceOp runs op (RDMA WRITE or READ) of size bytes, window of them in
+// flight, from A to B for o.Duration and puts the figures in r's RoCE
+// fields.
+func roceOp(ctx context.Context, pair *netns.Pair, o *LinkOptions, op stack.Opcode, size, window int, r *LinkRound) error {
 	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll}
 	ca, cb := cfg, cfg
 	ca.Interface, cb.Interface = pair.DevA, pair.DevB
@@ -223,16 +245,20 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	if err != nil {
 		return err
 	}
-	src := make([]byte, o.Size)
+	src := make([]byte, size)
 	for i := range src {
 		src[i] = byte(i * 7)
 	}
-	dst := make([]byte, o.Size)
+	dst := make([]byte, size)
 	mrA, err := pdA.RegisterMR(src, stack.AccessLocalWrite)
+	access := stack.AccessLocalWrite | stack.AccessRemoteWrite
+	if op == stack.OpRead {
+		access = stack.AccessLocalWrite | stack.AccessRemoteRead
+	}
 	if err != nil {
 		return err
 	}
-	mrB, err := pdB.RegisterMR(dst, stack.AccessLocalWrite|stack.AccessRemoteWrite)
+	mrB, err := pdB.RegisterMR(dst, access)
 	if err != nil {
 		return err
 	}
@@ -250,7 +276,7 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	if err := connect(b, qb, qa, addrB, addrA); err != nil {
 		return err
 	}
-	wr := stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{mrA.SGE(0, uint32(o.Size))},
+	wr := stack.SendWR{Op: op, Flags: stack.SendSignaled, SG: []stack.SGE{mrA.SGE(0, uint32(size))},
 		Remote: stack.RemoteAddr{Addr: mrB.Addr(), RKey: mrB.RKey()}}
 	wcs := make([]stack.WC, 64)
 	var posted, done uint64
@@ -258,7 +284,7 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	run := func(d time.Duration) (uint64, time.Duration) {
 		start, d0 := time.Now(), done
 		for time.Since(start) < d && failed == nil && ctx.Err() == nil {
-			for posted-done < uint64(o.Window) {
+			for posted-done < uint64(window) {
 				wr.ID = posted
 				if err := qa.PostSend(&wr); err != nil {
 					failed = err
@@ -307,9 +333,9 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 	}
 	secs := el.Seconds()
 	r.RoCEMessages = n
-	r.RoCEGoodput = float64(n) * float64(o.Size) * 8 / secs
+	r.RoCEGoodput = float64(n) * float64(size) * 8 / secs
 	r.RoCEPacketsPerSec = float64(c1.SentPkts-c0.SentPkts) / secs
 	r.RoCERetransmitted = c1.QP.RetransmittedPkts - c0.QP.RetransmittedPkts
-	r.RoCECPUPerGB = cpuPerGB(cpu1-cpu0, n*uint64(o.Size))
+	r.RoCECPUPerGB = cpuPerGB(cpu1-cpu0, n*uint64(size))
 	return nil
 }

@@ -27,12 +27,13 @@ func TestLink(t *testing.T) {
 		}
 		m := &r.Median
 		if len(r.Rounds) != 1 || m.RawFramesPerSec <= 0 || m.RoCEMessages == 0 || m.RoCEGoodput <= 0 || r.Ratio(m) <= 0 ||
-			m.TCPGoodput <= 0 || m.RoCECPUPerGB <= 0 || m.TCPCPUPerGB <= 0 {
+			m.TCPGoodput <= 0 || m.RoCECPUPerGB <= 0 || m.TCPCPUPerGB <= 0 || m.ReadGoodput <= 0 || m.Write64Rate <= 0 || m.UDP64Rate <= 0 {
 			t.Errorf("mtu %d: nothing measured: %+v", mtu, r)
 		}
 		var out strings.Builder
 		r.Write(&out)
-		if !strings.Contains(out.String(), "ratio") || !strings.Contains(out.String(), "one kernel TCP stream") {
+		if !strings.Contains(out.String(), "ratio") || !strings.Contains(out.String(), "one kernel TCP stream") ||
+			!strings.Contains(out.String(), "64 B UDP Mdgram/s") {
 			t.Errorf("report:\n%s", out.String())
 		}
 		t.Log("\n" + out.String())

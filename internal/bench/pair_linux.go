@@ -64,15 +64,16 @@ func openIn(ctx context.Context, ns *netns.Namespace, cfg stack.Config) (*stack.
 }
 
 // connect brings the RC QP q of device d, at address local, to RTS
-// towards peer at address remote, both starting at PSN 1 with one READ or
-// atomic outstanding, allowing remote writes.
+// towards peer at address remote, both starting at PSN 1 with 16 READs or
+// atomics outstanding (as perftest's -o 16), allowing remote writes and
+// reads.
 func connect(d *stack.Device, q, peer *stack.QP, local, remote netip.Addr) error {
-	if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite}); err != nil {
+	if err := q.ToInit(stack.InitAttr{AccessFlags: stack.AccessRemoteWrite | stack.AccessRemoteRead}); err != nil {
 		return err
 	}
 	if err := q.ToRTR(stack.RTRAttr{DestQPN: peer.QPN(), AH: stack.AHAttr{DGID: remote, SGIDIndex: d.GIDIndex(local)},
-		RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 12}); err != nil {
+		RQPSN: 1, MaxDestRdAtomic: 16, MinRNRTimer: 12}); err != nil {
 		return err
 	}
-	return q.ToRTS(stack.RTSAttr{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1})
+	return q.ToRTS(stack.RTSAttr{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16})
 }

@@ -33,8 +33,9 @@ type LinkOptions struct {
 	XDPMode string
 	// BusyPoll makes the RoCE engines spin instead of sleeping in poll(2).
 	BusyPoll bool
-	// NoTCP leaves out the kernel TCP stream of each round.
-	NoTCP bool
+	// NoTCP leaves out the kernel TCP stream (and UDP datagrams) of each
+	// round; NoExtra the RC READ and 64-byte message rate phases.
+	NoTCP, NoExtra bool
 }
 
 func (o *LinkOptions) defaults() error {
@@ -89,6 +90,10 @@ type LinkRound struct {
 
 	TCPGoodput  float64 // one kernel TCP stream, bits per second
 	TCPCPUPerGB float64
+
+	ReadGoodput float64 // RC READ of Size bytes, bits per second
+	Write64Rate float64 // 64-byte RC WRITEs per second
+	UDP64Rate   float64 // 64-byte kernel UDP datagrams received per second
 }
 
 // LinkReport is what Link measured: each round, and the medians.
@@ -124,6 +129,9 @@ func (r *LinkReport) summarize() {
 	m.RoCECPUPerGB = med(func(x *LinkRound) float64 { return x.RoCECPUPerGB })
 	m.TCPGoodput = med(func(x *LinkRound) float64 { return x.TCPGoodput })
 	m.TCPCPUPerGB = med(func(x *LinkRound) float64 { return x.TCPCPUPerGB })
+	m.ReadGoodput = med(func(x *LinkRound) float64 { return x.ReadGoodput })
+	m.Write64Rate = med(func(x *LinkRound) float64 { return x.Write64Rate })
+	m.UDP64Rate = med(func(x *LinkRound) float64 { return x.UDP64Rate })
 }
 
 // RawPayloadRate is the payload the raw frames of x would carry, in bits
@@ -177,6 +185,20 @@ func (r *LinkReport) Write(w io.Writer) {
 	if r.Median.TCPGoodput > 0 {
 		fmt.Fprintf(w, "  RC WRITE goodput / one kernel TCP stream (medians) = %.1f %%; CPU s/GB: the machine's busy time per GB moved\n",
 			r.Median.RoCEGoodput/r.Median.TCPGoodput*100)
+	}
+	if r.Median.Write64Rate > 0 {
+		fmt.Fprintf(w, "  %-7s %16s %22s %22s %9s\n", "round", "RC READ Gbit/s", "64 B RC WRITE Mmsg/s", "64 B UDP Mdgram/s", "RC/UDP")
+		line := func(name string, x *LinkRound) {
+			ratio := 0.0
+			if x.UDP64Rate > 0 {
+				ratio = x.Write64Rate / x.UDP64Rate * 100
+			}
+			fmt.Fprintf(w, "  %-7s %16.2f %22.3f %22.3f %8.1f%%\n", name, x.ReadGoodput/1e9, x.Write64Rate/1e6, x.UDP64Rate/1e6, ratio)
+		}
+		for i := range r.Rounds {
+			line(fmt.Sprint(i+1), &r.Rounds[i])
+		}
+		line("median", &r.Median)
 	}
 }
 
