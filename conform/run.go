@@ -243,6 +243,9 @@ func match(w *Pkt, h *bth.Headers, payload []byte, base bth.PSN) string {
 	if w.MSN >= 0 && int(h.MSN) != w.MSN {
 		return fmt.Sprintf("msn %d", h.MSN)
 	}
+	if w.Credits >= 0 && int(h.Syndrome.Value()) != w.Credits {
+		return fmt.Sprintf("credits %d", h.Syndrome.Value())
+	}
 	if w.HasLen && len(payload) != w.Len {
 		return fmt.Sprintf("length %d", len(payload))
 	}

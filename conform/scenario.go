@@ -76,6 +76,7 @@ type Pkt struct {
 	Compare  uint64
 	Syndrome string // expected: ack, rnr, seq, inv, access, op
 	MSN      int    // expected; -1: any
+	Credits  int    // expected ACK credit code (AETH low 5 bits); -1: any
 	Orig     int64  // expected atomic original value; -1: any
 	HasFill  bool
 	HasLen   bool
@@ -195,7 +196,7 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 }
 
 func parsePkt(op string, fields []string, send bool) (Pkt, error) {
-	p := Pkt{DMALen: -1, RKey: "good", PKey: -1, MSN: -1, Orig: -1}
+	p := Pkt{DMALen: -1, RKey: "good", PKey: -1, MSN: -1, Orig: -1, Credits: -1}
 	o, ok := opNames[op]
 	if !ok {
 		return p, fmt.Errorf("unknown opcode %q", op)
@@ -235,7 +236,7 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 		case "data":
 			p.Data, err = hex.DecodeString(v)
 			p.HasLen, p.Len = true, len(p.Data)
-		case "psn", "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig":
+		case "psn", "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits":
 			if n, err = num(); err != nil {
 				break
 			}
@@ -260,6 +261,8 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 				p.MSN = int(n)
 			case "orig":
 				p.Orig = n
+			case "credits":
+				p.Credits = int(n & 0x1f)
 			}
 		default:
 			return p, fmt.Errorf("unknown field %q", k)
