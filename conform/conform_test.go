@@ -203,3 +203,55 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestRunPeerPost: a peer step makes the peer post; the peer's requests
+// are matched from its own first PSN, and the answers sent to them carry
+// PSNs of that space.
+func TestRunPeerPost(t *testing.T) {
+	scs, err := Parse(strings.NewReader("scenario p\nrule r\npeer write len=8\nexpect write_only psn=0 len=8\nsend ack psn=0 msn=1\n"), "p.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	posts := 0
+	env := Env{Local: selfLocal, Peer: selfPeer, PSN: 0x10, PeerPSN: 0xfffff0, Timeout: time.Second,
+		PeerPost: func(p *Pkt) error {
+			if p.Len != 8 || p.Op.Info().Kind != bth.KindWrite {
+				t.Errorf("peer post %+v", p)
+			}
+			posts++
+			return nil
+		}}
+	env.Peer.QPN = 0x22
+	request := func(psn bth.PSN) []byte {
+		h := bth.Headers{L2L3: bth.L2L3{SrcMAC: env.Peer.MAC, DstMAC: env.Local.MAC, SrcIP: env.Peer.IP, DstIP: env.Local.IP, SrcPort: 1},
+			BTH: bth.BTHFields{Opcode: 0x0a, PKey: 0xffff, DestQP: env.Local.QPN, PSN: psn, AckReq: true}, VA: 1, RKey: 2, DMALen: 8}
+		buf := make([]byte, 256)
+		n, err := bth.Encode(buf, &h, make([]byte, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	now := time.Unix(1, 0)
+	r := NewRun(scs[0], env)
+	if out, _ := r.Poll(now); len(out) != 0 || posts != 1 {
+		t.Fatalf("%d frames, %d posts", len(out), posts)
+	}
+	r.Input(request(0xfffff0), now)
+	out, _ := r.Poll(now)
+	if len(out) != 1 || !r.Done() || !r.Result().Pass {
+		t.Fatalf("%d frames, result %+v", len(out), r.Result())
+	}
+	var p bth.Packet
+	if err := bth.Parse(out[0], &p); err != nil || p.Opcode() != 0x11 || p.BTH().PSN() != 0xfffff0 || p.AETH().MSN() != 1 ||
+		p.AETH().Syndrome().Kind() != bth.AckKindACK || p.BTH().DestQP() != 0x22 {
+		t.Fatalf("ack %x: %v", out[0], err)
+	}
+	// The request at a PSN of the wrong space fails the step.
+	r = NewRun(scs[0], env)
+	r.Poll(now)
+	r.Input(request(0x10), now)
+	if r.Result().Pass || !strings.Contains(r.Result().Reason, "line 4") {
+		t.Fatalf("a request at the wrong PSN: %+v", r.Result())
+	}
+}

@@ -19,6 +19,11 @@ type Env struct {
 	Region      int           // its length
 	PKey        uint16        // default 0xffff
 	Timeout     time.Duration // how long an expected answer may take (default 1s)
+	// PeerPSN is the first PSN of the peer's own requests; PeerPost
+	// makes the peer post one (nil: the peer cannot be driven, and
+	// scenarios with peer steps fail).
+	PeerPSN  bth.PSN
+	PeerPost func(p *Pkt) error
 }
 
 // Result is the outcome of one scenario.
@@ -92,6 +97,16 @@ func (r *Run) Poll(now time.Time) ([][]byte, time.Time) {
 			}
 			r.out = append(r.out, f)
 			r.step++
+		case PeerPost:
+			if r.env.PeerPost == nil {
+				r.fail(st, "this peer cannot be made to post requests (it takes --self)")
+				return r.out, time.Time{}
+			}
+			if err := r.env.PeerPost(&st.P); err != nil {
+				r.fail(st, "the peer's post: %v", err)
+				return r.out, time.Time{}
+			}
+			r.step++
 		case Expect, Silence:
 			if r.until.IsZero() {
 				d := r.env.Timeout
@@ -126,8 +141,12 @@ func (r *Run) next() {
 // build makes the frame of a Send step.
 func (r *Run) build(p *Pkt) ([]byte, error) {
 	e := &r.env
+	base := e.PSN
+	if !p.Op.Info().Request {
+		base = e.PeerPSN // an answer to the peer's request
+	}
 	h := bth.Headers{L2L3: bth.L2L3{SrcMAC: e.Local.MAC, DstMAC: e.Peer.MAC, SrcIP: e.Local.IP, DstIP: e.Peer.IP, SrcPort: e.SrcPort},
-		BTH: bth.BTHFields{Opcode: p.Op, PKey: e.PKey, DestQP: e.Peer.QPN, PSN: e.PSN.Add(p.PSN), AckReq: p.AckReq}}
+		BTH: bth.BTHFields{Opcode: p.Op, PKey: e.PKey, DestQP: e.Peer.QPN, PSN: base.Add(p.PSN), AckReq: p.AckReq}}
 	if p.PKey >= 0 {
 		h.BTH.PKey = uint16(p.PKey)
 	}
@@ -146,6 +165,15 @@ func (r *Run) build(p *Pkt) ([]byte, error) {
 		rkey = uint32(n)
 	}
 	info := h.Info()
+	if info.Has(bth.HdrAETH) {
+		h.MSN = uint32(max(p.MSN, 0))
+		h.Syndrome = map[string]bth.Syndrome{"ack": bth.ACKSyndrome(bth.CreditsInvalid), "rnr": bth.RNRSyndrome(uint8(p.RNRTimer)),
+			"seq": bth.NAKSyndrome(0), "inv": bth.NAKSyndrome(bth.NAKInvalidRequest), "access": bth.NAKSyndrome(bth.NAKRemoteAccessError),
+			"op": bth.NAKSyndrome(bth.NAKRemoteOpError)}[p.Syndrome]
+		if p.Credits >= 0 && p.Syndrome == "ack" {
+			h.Syndrome = bth.ACKSyndrome(uint8(p.Credits))
+		}
+	}
 	if info.Has(bth.HdrRETH) {
 		h.VA, h.RKey, h.DMALen = va, rkey, uint32(p.Len)
 		if p.DMALen >= 0 {
@@ -197,7 +225,7 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	}
 	var h bth.Headers
 	p.Headers(&h)
-	got := describe(&h, p.Payload(), r.env.PSN)
+	got := describe(&h, p.Payload(), r.base(&h))
 	if r.step >= len(r.sc.Steps) {
 		r.fail(&r.sc.Steps[len(r.sc.Steps)-1], "after the last step: %s", got)
 		return true
@@ -216,16 +244,25 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	switch st.Kind {
 	case Silence:
 		r.fail(st, "expected nothing for %v, got %s", st.For, got)
-	case Send:
-		r.fail(st, "unexpected %s before line %d was sent", got, st.Line)
+	case Send, PeerPost:
+		r.fail(st, "unexpected %s before line %d was done", got, st.Line)
 	default:
-		if why := match(&st.P, &h, p.Payload(), r.env.PSN); why != "" {
+		if why := match(&st.P, &h, p.Payload(), r.base(&h)); why != "" {
 			r.fail(st, "expected %s, got %s (%s)", st.P.Text, got, why)
 		} else {
 			r.got = true
 		}
 	}
 	return true
+}
+
+// base is the first PSN of the space h's PSN is in: the peer's requests
+// count from its own first PSN, its answers from ours.
+func (r *Run) base(h *bth.Headers) bth.PSN {
+	if h.Info().Request {
+		return r.env.PeerPSN
+	}
+	return r.env.PSN
 }
 
 // match says how h differs from what w wants ("" when it matches).

@@ -46,6 +46,9 @@ const (
 	Expect
 	// Silence checks that nothing comes from the peer for a while.
 	Silence
+	// PeerPost makes the peer post a work request (the peer as
+	// requester; only peers the tool drives itself, as --self).
+	PeerPost
 )
 
 // Step is one line of a scenario.
@@ -77,6 +80,7 @@ type Pkt struct {
 	Syndrome string // expected: ack, rnr, seq, inv, access, op
 	MSN      int    // expected; -1: any
 	Credits  int    // expected ACK credit code (AETH low 5 bits); -1: any
+	RNRTimer int    // the timer code of an RNR NAK sent
 	Orig     int64  // expected atomic original value; -1: any
 	HasFill  bool
 	HasLen   bool
@@ -160,6 +164,27 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			} else {
 				return nil, bad("receives %q: a number or none", rest)
 			}
+		case "peer":
+			if len(f) < 2 {
+				return nil, bad("peer needs an operation: write, read or send")
+			}
+			var op bth.Opcode
+			switch f[1] {
+			case "write":
+				op = opNames["write_only"]
+			case "read":
+				op = opNames["read_request"]
+			case "send":
+				op = opNames["send_only"]
+			default:
+				return nil, bad("peer %q: write, read or send", f[1])
+			}
+			p, err := parsePkt("write_only", f[2:], true)
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			p.Op, p.Text = op, strings.Join(f[1:], " ")
+			cur.Steps = append(cur.Steps, Step{Kind: PeerPost, Line: line, P: p})
 		case "silence":
 			d, err := time.ParseDuration(rest)
 			if err != nil || d <= 0 {
@@ -236,7 +261,7 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 		case "data":
 			p.Data, err = hex.DecodeString(v)
 			p.HasLen, p.Len = true, len(p.Data)
-		case "psn", "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits":
+		case "psn", "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits", "rnrtimer":
 			if n, err = num(); err != nil {
 				break
 			}
@@ -263,6 +288,8 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 				p.Orig = n
 			case "credits":
 				p.Credits = int(n & 0x1f)
+			case "rnrtimer":
+				p.RNRTimer = int(n & 0x1f)
 			}
 		default:
 			return p, fmt.Errorf("unknown field %q", k)
@@ -271,7 +298,7 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 			return p, err
 		}
 	}
-	if !send && p.Syndrome == "" && p.Op.Info().Has(bth.HdrAETH) {
+	if p.Syndrome == "" && p.Op.Info().Has(bth.HdrAETH) {
 		p.Syndrome = "ack"
 	}
 	return p, nil
@@ -352,13 +379,17 @@ func Results(peer string) (map[string]Expected, error) {
 }
 
 // Needs is what a scenario's requests need of the peer's QP: the remote
-// accesses they use and whether they are SENDs.
-type Needs struct{ Write, Read, Atomic, Send bool }
+// accesses they use, whether they are SENDs, and whether the peer must be
+// made to post requests of its own.
+type Needs struct{ Write, Read, Atomic, Send, Peer bool }
 
 // Needs returns what sc's requests need.
 func (sc *Scenario) Needs() Needs {
 	var n Needs
 	for _, st := range sc.Steps {
+		if st.Kind == PeerPost {
+			n.Peer = true
+		}
 		if st.Kind != Send {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/replay"
+	"github.com/uroce/uroce/stack"
 )
 
 // The addresses of a scenario against the in-process uroce responder.
@@ -17,6 +18,14 @@ var (
 
 // SelfRegion is the size of the in-process responder's region.
 const SelfRegion = 64 << 10
+
+// The region of this end that the self peer's RDMA requests name (this
+// end plays at the frame level and has none: the requests only need to
+// be recognisable).
+const (
+	selfRemoteVA  = 0x7f0000001000
+	selfRemoteKey = 0x4242
+)
 
 // RunSelf runs sc against a fresh uroce responder in this process (an RC
 // QP on an in-memory link, a region granting every remote access, and the
@@ -33,8 +42,23 @@ func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 		return Result{}, err
 	}
 	defer r.Close()
+	id := uint64(0)
+	post := func(p *Pkt) error {
+		id++
+		wr := stack.SendWR{ID: id, Flags: stack.SendSignaled, SG: []stack.SGE{r.MR.SGE(0, uint32(p.Len))},
+			Remote: stack.RemoteAddr{Addr: selfRemoteVA + uint64(p.VA), RKey: selfRemoteKey}}
+		switch p.Op.Info().Kind {
+		case bth.KindWrite:
+			wr.Op = stack.OpWrite
+		case bth.KindReadRequest:
+			wr.Op = stack.OpRead
+		default:
+			wr.Op = stack.OpSend
+		}
+		return r.QP.PostSend(&wr)
+	}
 	run := NewRun(sc, Env{Local: selfLocal, Peer: r.Live.Peer, PSN: rqpsn, RKey: r.MR.RKey(), VA: r.MR.Addr(), Region: SelfRegion,
-		Timeout: timeout})
+		Timeout: timeout, PeerPSN: sqpsn, PeerPost: post})
 	if err := replay.Drive(ctx, run, r.Link, tap); err != nil {
 		return run.Result(), err
 	}
