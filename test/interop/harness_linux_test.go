@@ -87,6 +87,10 @@ type step struct {
 	// uroce are the arguments of the uroce command (the interface and,
 	// for a client, the guest's address are added).
 	uroce []string
+	// uroceAlso, when set, is a second uroce command run at the same
+	// time as the first, as another process (its output follows the
+	// first's).
+	uroceAlso []string
 	// Exit statuses expected (0 by default).
 	guestExit, uroceExit int
 	// guestTimeout, when set, bounds the guest's command (it then exits
@@ -267,28 +271,49 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		if err := waitFor(ctx, peer, beginMark+s.name+"\n"); err != nil {
 			t.Fatalf("step %s: guest never began it: %v\nguest output:\n%s", s.name, err, peer.Output())
 		}
-		args := append([]string(nil), s.uroce...)
-		switch {
-		case g.stock:
-			args = append([]string{"run", "--socket", sock, "--"}, args...)
-		case g.daemon:
-			args = append(args, "--daemon="+sock)
-		default:
-			args = append(args, "-d", uroceIf)
+		argsOf := func(a []string) []string {
+			args := append([]string(nil), a...)
+			switch {
+			case g.stock:
+				args = append([]string{"run", "--socket", sock, "--"}, args...)
+			case g.daemon:
+				args = append(args, "--daemon="+sock)
+			default:
+				args = append(args, "-d", uroceIf)
+			}
+			if !s.guestClient {
+				args = append(args, guestAddr)
+			}
+			return args
 		}
-		if !s.guestClient {
-			args = append(args, guestAddr)
-		}
+		args := argsOf(s.uroce)
 		results[i].from = time.Now()
 		sctx, scancel := context.WithTimeout(ctx, g.timeout())
 		cmd := n.Command(sctx, uroceBin, args...)
 		if g.daemon {
 			cmd = n.Command(sctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, args...)...)
 		}
-		var out bytes.Buffer
+		var out, out2 bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
+		var also *exec.Cmd
+		if s.uroceAlso != nil {
+			a := argsOf(s.uroceAlso)
+			also = n.Command(sctx, uroceBin, a...)
+			if g.daemon {
+				also = n.Command(sctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, a...)...)
+			}
+			also.Stdout, also.Stderr = &out2, &out2
+			if err := also.Start(); err != nil {
+				t.Fatalf("step %s: uroce %s: %v", s.name, strings.Join(a, " "), err)
+			}
+		}
 		err := cmd.Run()
+		if also != nil {
+			if e := also.Wait(); err == nil {
+				err = e
+			}
+		}
 		// A stock client gives up at once when the guest's server does
 		// not listen yet (uroce's own tools retry): run it again.
 		for tries := 0; g.stock && !s.guestClient && s.uroceExit == 0 && err != nil && tries < 50 && refused(out.String()); tries++ {
@@ -309,6 +334,10 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			code = ee.ExitCode()
 		case err != nil:
 			t.Fatalf("step %s: uroce %s: %v", s.name, strings.Join(args, " "), err)
+		}
+		if also != nil {
+			out.WriteString("== the second uroce command:\n")
+			out.Write(out2.Bytes())
 		}
 		results[i].uroceOut, results[i].uroceExit = out.String(), code
 		t.Logf("step %s: uroce %s: exit %d after %v", s.name, strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond))

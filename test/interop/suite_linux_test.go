@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,27 @@ func TestUroceLoss(t *testing.T) {
 // stock tools on rdma_rxe: pingpong of every kind and perftest both ways.
 // It runs alone, before the other groups: the daemon's polling takes CPU
 // that the loss groups' emulated guests need to answer in time.
+// TestDaemonTwoClients: two client processes on one daemon, each moving
+// data with its own rdma_rxe server at the same time (two ib_write_bw
+// servers on the guest); both finish with their messages, and the
+// daemon's session handling keeps them apart.
+func TestDaemonTwoClients(t *testing.T) {
+	srv := "ib_write_bw -d rxe0 -x 1 -F -n 300 -s 65536"
+	st := step{name: "two-clients", guest: fmt.Sprintf("sh -c '%s -p 18515 & %s -p 18516; wait'", srv, srv),
+		uroce:     splitArgs("perf write -F -n 300 -s 65536 -p 18515 --connect-wait=30s"),
+		uroceAlso: splitArgs("perf write -F -n 300 -s 65536 -p 18516 --connect-wait=30s"),
+		check: func(t *testing.T, g, u string) {
+			if n := len(bwLineRE.FindAllString(u, -1)); n != 2 {
+				t.Errorf("two clients: %d result lines, want 2:\n%s", n, u)
+			}
+			if n := len(bwLineRE.FindAllString(g, -1)); n != 2 {
+				t.Errorf("two servers: %d result lines, want 2:\n%s", n, g)
+			}
+		}}
+	g := group{mtu: 1500, pcap: "two-clients.pcap", daemon: true, steps: []step{st}}
+	g.run(t)
+}
+
 func TestDaemon(t *testing.T) {
 	g := group{mtu: 1500, pcap: "daemon.pcap", daemon: true, steps: concat(
 		ppBoth("rc", "-n 50 -s 4096"),
