@@ -225,9 +225,9 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	}
 	var h bth.Headers
 	p.Headers(&h)
-	got := describe(&h, p.Payload(), r.base(&h))
+	got := func() string { return describe(&h, p.Payload(), r.base(&h)) }
 	if r.step >= len(r.sc.Steps) {
-		r.fail(&r.sc.Steps[len(r.sc.Steps)-1], "after the last step: %s", got)
+		r.fail(&r.sc.Steps[len(r.sc.Steps)-1], "after the last step: %s", got())
 		return true
 	}
 	st := &r.sc.Steps[r.step]
@@ -236,19 +236,19 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 		// step takes this one.
 		r.next()
 		if r.step >= len(r.sc.Steps) {
-			r.fail(st, "after the last step: %s", got)
+			r.fail(st, "after the last step: %s", got())
 			return true
 		}
 		st = &r.sc.Steps[r.step]
 	}
 	switch st.Kind {
 	case Silence:
-		r.fail(st, "expected nothing for %v, got %s", st.For, got)
+		r.fail(st, "expected nothing for %v, got %s", st.For, got())
 	case Send, PeerPost:
-		r.fail(st, "unexpected %s before line %d was done", got, st.Line)
+		r.fail(st, "unexpected %s before line %d was done", got(), st.Line)
 	default:
 		if why := match(&st.P, &h, p.Payload(), r.base(&h)); why != "" {
-			r.fail(st, "expected %s, got %s (%s)", st.P.Text, got, why)
+			r.fail(st, "expected %s, got %s (%s)", st.P.Text, got(), why)
 		} else {
 			r.got = true
 		}

@@ -145,6 +145,9 @@ type Session struct {
 
 	plan []step
 	exp  []*Packet // the peer's packets, in order
+	// recDelay is, for each of exp, the recorded time from this end's
+	// packet before it, in µs (0 when this end had sent none).
+	recDelay map[*Packet]float64
 
 	next     int // plan index of the next packet to send
 	matched  int // expected answers matched or given up
@@ -198,8 +201,15 @@ func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, erro
 	s.refused = c.Refused(me)
 	ourSet, peerSet, vaSet := false, false, false
 	before := 0
+	s.recDelay = map[*Packet]float64{}
+	var lastOwn time.Duration = -1
 	for i := range c.Packets {
 		p := &c.Packets[i]
+		if p.From == me {
+			lastOwn = p.Time
+		} else if lastOwn >= 0 {
+			s.recDelay[p] = float64((p.Time - lastOwn).Nanoseconds()) / 1e3
+		}
 		if p.From == peer {
 			if p.Request() && !peerSet {
 				s.peerBase, peerSet = p.H.BTH.PSN, true
@@ -332,7 +342,7 @@ func (s *Session) waitAnswers(n int, now time.Time) (time.Time, bool) {
 	for s.matched < n {
 		p := s.exp[s.matched]
 		s.rep.Answers = append(s.rep.Answers, Answer{Frame: p.Frame, Recorded: s.describe(&p.H, len(p.Payload), true), Missing: true,
-			RecordedDelay: s.recordedDelay(p)})
+			RecordedDelay: s.recDelay[p]})
 		s.rep.Differences["missing"]++
 		s.matched++
 	}
@@ -464,7 +474,7 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 				s.rep.Differences["coalesced"]++
 			}
 			s.rep.Answers = append(s.rep.Answers, Answer{Frame: p.Frame, Recorded: s.describe(&p.H, len(p.Payload), true),
-				Live: "folded into " + s.describe(&h, len(payload), false), Diffs: []Diff{d}, RecordedDelay: s.recordedDelay(p)})
+				Live: "folded into " + s.describe(&h, len(payload), false), Diffs: []Diff{d}, RecordedDelay: s.recDelay[p]})
 		}
 		want = s.exp[s.matched]
 	}
@@ -472,7 +482,7 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 		s.peerOff, s.peerKnown = h.BTH.PSN.Sub(want.H.BTH.PSN), true
 	}
 	a := Answer{Frame: want.Frame, Recorded: s.describe(&want.H, len(want.Payload), true), Live: s.describe(&h, len(payload), false),
-		RecordedDelay: s.recordedDelay(want)}
+		RecordedDelay: s.recDelay[want]}
 	if s.started {
 		a.DelayUS = float64(now.Sub(s.lastSent).Nanoseconds()) / 1e3
 	}
@@ -515,25 +525,6 @@ func (s *Session) coalescedInto(h *bth.Headers) int {
 
 func isPlainACK(h *bth.Headers) bool {
 	return h.Info().Kind == bth.KindAck && h.Syndrome.Kind() == bth.AckKindACK
-}
-
-// recordedDelay is the recorded time from the packet this end sent
-// before p to p, in µs.
-func (s *Session) recordedDelay(p *Packet) float64 {
-	var last time.Duration = -1
-	for i := range s.conv.Packets {
-		q := &s.conv.Packets[i]
-		if q == p {
-			break
-		}
-		if q.From == s.me {
-			last = q.Time
-		}
-	}
-	if last < 0 {
-		return 0
-	}
-	return float64((p.Time - last).Nanoseconds()) / 1e3
 }
 
 // recPSN maps the live PSN of the peer's packet back to the recording.

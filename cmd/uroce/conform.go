@@ -14,10 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
-
 	"github.com/uroce/uroce/conform"
 	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/oob/perftest"
@@ -184,9 +180,8 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	failed, skipped := 0, 0
 	enc := json.NewEncoder(stdout)
 	for _, s := range scs {
-		var frames [][]byte
-		tap := func(b []byte, _ bool) { frames = append(frames, append([]byte(nil), b...)) }
-		r, err := run(s, tap)
+		var rec recorder
+		r, err := run(s, rec.tap)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce conform: %s: %v\n", s.Name, err)
 			return 1
@@ -196,7 +191,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		} else if !r.Pass {
 			failed++
 			if *dir != "" {
-				if err := writeFrames(filepath.Join(*dir, s.Name+".pcap"), frames); err != nil {
+				if err := rec.write(filepath.Join(*dir, s.Name+".pcap")); err != nil {
 					fmt.Fprintf(stderr, "uroce conform: %v\n", err)
 				}
 			}
@@ -247,24 +242,4 @@ func perftestSkips(s *conform.Scenario, tool perftest.Tool) string {
 		return "needs a QP without receives: ib_send_bw posts them"
 	}
 	return ""
-}
-
-// writeFrames writes frames as a pcap file.
-func writeFrames(path string, frames [][]byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := pcapgo.NewWriter(f)
-	if err := w.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {
-		return err
-	}
-	now := time.Now()
-	for _, b := range frames {
-		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: now, CaptureLength: len(b), Length: len(b)}, b); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -3,8 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 
 	"github.com/uroce/uroce/internal/oob"
 	"github.com/uroce/uroce/internal/oob/perftest"
@@ -50,17 +56,61 @@ func openRawPeer(ctx context.Context, iface, xdpMode string, peer netip.Addr) (*
 
 func (rp *rawPeer) Close() error { return rp.raw.Close() }
 
+// dialExchange connects to the TCP exchange of a tool's server at addr,
+// retrying for 10 s while it does not listen yet; who names the server
+// for the error.
+func dialExchange(ctx context.Context, addr, who string) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nc, err := oob.Dial(dctx, addr, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%v (is %s running at %s?)", err, who, addr)
+	}
+	return nc, nil
+}
+
+// recorder keeps the frames a replay or a scenario passes, with their
+// times, for a pcap file.
+type recorder struct {
+	frames [][]byte
+	times  []time.Time
+}
+
+// tap records one frame (replay.Drive's tap).
+func (r *recorder) tap(b []byte, _ bool) {
+	r.frames = append(r.frames, append([]byte(nil), b...))
+	r.times = append(r.times, time.Now())
+}
+
+// write writes the frames recorded as a pcap file.
+func (r *recorder) write(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := pcapgo.NewWriter(f)
+	err = w.WriteFileHeader(65536, layers.LinkTypeEthernet)
+	for i, b := range r.frames {
+		if err != nil {
+			break
+		}
+		err = w.WritePacket(gopacket.CaptureInfo{Timestamp: r.times[i], CaptureLength: len(b), Length: len(b)}, b)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // perftestClient runs perftest's exchange as the client of tool's server
 // at addr, advertising local, and calls play with the server's keys in
 // the measured run's place. An error of play is returned; one of the
 // exchange after it is only reported on warn.
 func perftestClient(ctx context.Context, addr string, tool perftest.Tool, mtu perftest.MTU, local perftest.Dest,
 	play func(remote perftest.Dest) error, warn func(error)) error {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	nc, err := oob.Dial(dctx, addr, 0)
-	cancel()
+	nc, err := dialExchange(ctx, addr, "the "+tool.String()+" server")
 	if err != nil {
-		return fmt.Errorf("%v (is %s running as server there?)", err, tool)
+		return err
 	}
 	defer nc.Close()
 	if mtu == 0 {

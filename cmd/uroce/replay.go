@@ -14,12 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
-
 	"github.com/uroce/uroce/internal/app"
-	"github.com/uroce/uroce/internal/oob"
 	"github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/internal/oob/pingpong"
 	"github.com/uroce/uroce/replay"
@@ -271,11 +266,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		case *pp:
 			establish = func(play func(replay.Live) error) error {
-				dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				nc, err := oob.Dial(dctx, addr, 0)
-				cancel()
+				nc, err := dialExchange(ctx, addr, "the pingpong server")
 				if err != nil {
-					return fmt.Errorf("%v (is the pingpong server running on %v?)", err, peer)
+					return err
 				}
 				defer nc.Close()
 				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -294,21 +287,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if establish == nil {
 		establish = func(play func(replay.Live) error) error { return play(live) }
 	}
+	var rec recorder
 	var tap func([]byte, bool)
-	var pw *pcapgo.Writer
 	if *write != "" {
-		wf, err := os.Create(*write)
-		if err != nil {
-			return bad("%v", err)
-		}
-		defer wf.Close()
-		pw = pcapgo.NewWriter(wf)
-		if err := pw.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {
-			return bad("%s: %v", *write, err)
-		}
-		tap = func(b []byte, _ bool) {
-			pw.WritePacket(gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(b), Length: len(b)}, b)
-		}
+		tap = rec.tap
 	}
 	var rep *replay.Report
 	err = establish(func(live replay.Live) error {
@@ -321,6 +303,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "uroce replay: %v\n", err)
+	}
+	if *write != "" {
+		if werr := rec.write(*write); werr != nil {
+			fmt.Fprintf(stderr, "uroce replay: %v\n", werr)
+		}
 	}
 	if rep == nil {
 		return 1
