@@ -49,11 +49,8 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 		}
 		for k := range wcs {
 			wc := &wcs[k]
-			if wc.Status != qp.WCSuccess {
-				return pt.Report{}, s.sendFailed(wc, totS, totC)
-			}
-			if int(wc.ID) >= nq {
-				return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+			if err := s.checkSendWC(wc, nq, totS, totC); err != nil {
+				return pt.Report{}, err
 			}
 			ccnt[wc.ID] += cqMod
 			totC += cqMod
@@ -179,11 +176,8 @@ func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 		sampling := !t0.IsZero() && t1.IsZero()
 		for k := range wcs {
 			wc := &wcs[k]
-			if wc.Status != qp.WCSuccess {
-				return pt.Report{}, s.sendFailed(wc, totS, totC)
-			}
-			if int(wc.ID) >= nq {
-				return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+			if err := s.checkSendWC(wc, nq, totS, totC); err != nil {
+				return pt.Report{}, err
 			}
 			ccnt[wc.ID] += cqMod
 			totC += cqMod
@@ -248,5 +242,17 @@ func (s *session) postBW(c *bwCursor, i int, q verbs.QP, size uint64, last bool)
 		c.rem[i] = s.incLoc(c.rem[i], s.remote[i].VAddr, size, n)
 	}
 	c.scnt[i]++
+	return nil
+}
+
+// checkSendWC checks a bandwidth client's send completion: a success,
+// naming one of its nq QPs (wr_id is the QP's index).
+func (s *session) checkSendWC(wc *verbs.WC, nq int, totS, totC uint64) error {
+	if wc.Status != qp.WCSuccess {
+		return s.sendFailed(wc, totS, totC)
+	}
+	if int(wc.ID) >= nq {
+		return fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+	}
 	return nil
 }

@@ -363,21 +363,16 @@ func TestUC(t *testing.T) {
 		{Tool: pt.SendLat, Size: 3000, Iters: 50},
 	} {
 		t.Run(fmt.Sprintf("%v/s%d", cfg.Tool, cfg.Size), func(t *testing.T) {
-			p := apptest.NewPair(t, 1500, nil)
 			cfg.GIDIndex, cfg.UC = AutoGID, true
-			s, c := runPair(t, p, cfg, cfg)
-			if s.err != nil || c.err != nil {
-				t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
-			}
-			out := c.out.String()
+			sout, out := runBoth(t, cfg)
 			if lines := results(t, "client", out, cfg.Tool, !cfg.Tool.BW()); len(lines) != 1 {
 				t.Errorf("%d result lines", len(lines))
 			}
 			if !strings.Contains(out, " Connection type : UC\t\t") {
 				t.Errorf("not UC:\n%s", out)
 			}
-			if cfg.Tool == pt.SendBW && !strings.Contains(s.out.String(), " RX depth        : 300\n") {
-				t.Errorf("UC send server: rx depth not the iterations:\n%s", s.out.String())
+			if cfg.Tool == pt.SendBW && !strings.Contains(sout, " RX depth        : 300\n") {
+				t.Errorf("UC send server: rx depth not the iterations:\n%s", sout)
 			}
 		})
 	}
@@ -394,13 +389,8 @@ func TestInlineAndPostList(t *testing.T) {
 		{Tool: pt.WriteLat, Size: 32, Iters: 100, Inline: 220},
 	} {
 		t.Run(fmt.Sprintf("%v/s%d/I%d/l%d", cfg.Tool, cfg.Size, cfg.Inline, cfg.PostList), func(t *testing.T) {
-			p := apptest.NewPair(t, 1500, nil)
 			cfg.GIDIndex = AutoGID
-			s, c := runPair(t, p, cfg, cfg)
-			if s.err != nil || c.err != nil {
-				t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
-			}
-			out := c.out.String()
+			_, out := runBoth(t, cfg)
 			if lines := results(t, "client", out, cfg.Tool, !cfg.Tool.BW()); len(lines) != 1 {
 				t.Errorf("%d result lines", len(lines))
 			}
@@ -466,4 +456,16 @@ func TestReadWindow(t *testing.T) {
 	if r := c.res.Reports[0]; r.Iters != 40 || r.Size != 65536 {
 		t.Errorf("report %+v", r)
 	}
+}
+
+// runBoth runs cfg as server and client on a new pair, and fails the
+// test unless both succeed; it returns their outputs.
+func runBoth(t *testing.T, cfg Config) (server, client string) {
+	t.Helper()
+	p := apptest.NewPair(t, 1500, nil)
+	s, c := runPair(t, p, cfg, cfg)
+	if s.err != nil || c.err != nil {
+		t.Fatalf("server: %v, client: %v\n%s\n%s", s.err, c.err, s.out.String(), c.out.String())
+	}
+	return s.out.String(), c.out.String()
 }
