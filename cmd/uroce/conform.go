@@ -6,12 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/uroce/uroce/conform"
@@ -68,10 +66,8 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", time.Second, "")
 	jsonOut := fs.Bool("json", false, "")
 	dir := fs.String("w", "", "")
-	dev := fs.String("d", "", "")
-	xdpMode := fs.String("xdp-mode", "auto", "")
-	perfTool := fs.String("perftest", "", "")
-	port := fs.Int("port", 18515, "")
+	var pf peerFlags
+	pf.register(fs)
 	files, err := app.ParseArgs(fs, args)
 	if err == flag.ErrHelp {
 		fmt.Fprint(stdout, conformUsage)
@@ -86,7 +82,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var peerIP netip.Addr
 	var tool perftest.Tool = -1
-	if *dev != "" {
+	if pf.dev != "" {
 		if len(files) == 0 {
 			return bad("-d needs the peer's address\n%s", conformUsage)
 		}
@@ -94,10 +90,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return bad("peer %q: not an IP address", files[len(files)-1])
 		}
 		files = files[:len(files)-1]
-		if *perfTool == "" {
+		if pf.perfTool == "" {
 			return bad("-d needs --perftest TOOL: how the peer's QP is set up")
 		}
-		if tool, err = parseTool(*perfTool); err != nil {
+		if tool, err = parseTool(pf.perfTool); err != nil {
 			return bad("%v", err)
 		}
 	}
@@ -144,14 +140,14 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	run := func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
 		return conform.RunSelf(ctx, s, *timeout, tap)
 	}
-	if *dev != "" {
-		rp, err := openRawPeer(ctx, *dev, *xdpMode, peerIP)
+	if pf.dev != "" {
+		rp, err := openRawPeer(ctx, pf.dev, pf.xdpMode, peerIP)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce conform: %v\n", err)
 			return 1
 		}
 		defer rp.Close()
-		addr := net.JoinHostPort(peerIP.String(), strconv.Itoa(*port))
+		addr := pf.addr(peerIP)
 		n := 0
 		run = func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
 			res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/google/gopacket"
@@ -17,6 +19,25 @@ import (
 	"github.com/uroce/uroce/replay"
 	"github.com/uroce/uroce/stack"
 )
+
+// peerFlags are the flags that name a live peer's interface and
+// exchange (uroce replay and conform).
+type peerFlags struct {
+	dev, xdpMode, perfTool string
+	port                   int
+}
+
+func (p *peerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.dev, "d", "", "")
+	fs.StringVar(&p.xdpMode, "xdp-mode", "auto", "")
+	fs.StringVar(&p.perfTool, "perftest", "", "")
+	fs.IntVar(&p.port, "port", 18515, "")
+}
+
+// addr is the exchange's address at peer.
+func (p *peerFlags) addr(peer netip.Addr) string {
+	return net.JoinHostPort(peer.String(), strconv.Itoa(p.port))
+}
 
 // rawPeer is a live peer reached from an interface opened raw (uroce
 // replay and conform make their own frames): this end's addresses and

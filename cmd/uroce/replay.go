@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -98,11 +97,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	tolerate := fs.String("tolerate", "", "")
 	jsonOut := fs.Bool("json", false, "")
 	write := fs.String("w", "", "")
-	dev := fs.String("d", "", "")
-	xdpMode := fs.String("xdp-mode", "auto", "")
-	perfTool := fs.String("perftest", "", "")
+	var pf peerFlags
+	pf.register(fs)
 	pp := fs.Bool("pingpong", false, "")
-	port := fs.Int("port", 18515, "")
 	destQPN := fs.String("dest-qpn", "", "")
 	psn := fs.String("psn", "", "")
 	peerPSN := fs.String("peer-psn", "", "")
@@ -120,7 +117,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return bad("%v\n%s", err, replayUsage)
 	}
-	if len(files) < 1 || len(files) > 2 || (len(files) == 2) != (*dev != "") {
+	if len(files) < 1 || len(files) > 2 || (len(files) == 2) != (pf.dev != "") {
 		return bad("give one capture file, and with -d the peer's address\n%s", replayUsage)
 	}
 	f, err := os.Open(files[0])
@@ -152,7 +149,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return bad("%s: %v", files[0], err)
 	}
 	me := c.Initiator()
-	if (*perfTool != "" || *pp) && c.Client >= 0 {
+	if (pf.perfTool != "" || *pp) && c.Client >= 0 {
 		me = c.Client // the exchange makes this end its client
 	}
 	switch *side {
@@ -184,7 +181,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			opt.Tolerate[t] = true
 		}
 	}
-	if *self == (*dev != "") {
+	if *self == (pf.dev != "") {
 		return bad("give the peer: --self (a uroce peer in this process) or -d IFACE PEER\n%s", replayUsage)
 	}
 	var link stack.Link
@@ -216,7 +213,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 		ways := 0
-		for _, b := range []bool{*perfTool != "", *pp, nums["dest-qpn"] >= 0} {
+		for _, b := range []bool{pf.perfTool != "", *pp, nums["dest-qpn"] >= 0} {
 			if b {
 				ways++
 			}
@@ -225,12 +222,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong or --dest-qpn N\n%s", replayUsage)
 		}
 		var tool perftest.Tool = -1
-		if *perfTool != "" {
-			if tool, err = parseTool(*perfTool); err != nil {
+		if pf.perfTool != "" {
+			if tool, err = parseTool(pf.perfTool); err != nil {
 				return bad("%v", err)
 			}
 		}
-		rp, err := openRawPeer(ctx, *dev, *xdpMode, peer)
+		rp, err := openRawPeer(ctx, pf.dev, pf.xdpMode, peer)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce replay: %v\n", err)
 			return 1
@@ -248,7 +245,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			live.VA, live.VASet = uint64(nums["va"]), true
 		}
 		gid := local.As16()
-		addr := net.JoinHostPort(peer.String(), strconv.Itoa(*port))
+		addr := pf.addr(peer)
 		switch {
 		case tool >= 0:
 			establish = func(play func(replay.Live) error) error {
