@@ -220,8 +220,10 @@ func (q *QP) putSend(wr *verbs.SendWR) error {
 	if !inline && len(wr.SG) > int(q.caps.MaxSendSGE) {
 		return fmt.Errorf("%d sges, max %d: %w", len(wr.SG), q.caps.MaxSendSGE, stack.ErrTooManySGE)
 	}
+	// Outstanding requests, not ring slots, count against max_send_wr:
+	// the daemon takes a slot before the QP is done with its request.
 	prod := q.sq.Producer()
-	if prod-q.sq.Consumer() >= q.sq.Len() {
+	if q.sq.Outstanding(prod) >= q.caps.MaxSendWR || prod-q.sq.Consumer() >= q.sq.Len() {
 		return stack.ErrQueueFull
 	}
 	b := q.sq.Slot(prod)

@@ -436,3 +436,60 @@ func TestDaemonNoAllocs(t *testing.T) {
 		t.Errorf("%.2f allocations per round of a WRITE, a receive and a SEND", n)
 	}
 }
+
+// TestSendQueueFull: a client's send queue takes MaxSendWR requests and
+// refuses the next with ErrQueueFull while they are outstanding, even
+// once the daemon has taken them from the ring; an unanswered request
+// (to a QPN the peer does not have) stays outstanding. ERR completes
+// them all, and the queue takes requests again.
+func TestSendQueueFull(t *testing.T) {
+	p := newPair(t)
+	A := newEnd(t, open(t, p.sa), 1<<16)
+	q, err := A.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: A.cq, RecvCQ: A.cq, MaxSendWR: 8, MaxRecvWR: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ToInit(stack.InitAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ToRTR(stack.RTRAttr{DestQPN: 0xfffffe, AH: stack.AHAttr{DGID: ipB, SGIDIndex: 1}, MinRNRTimer: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ToRTS(stack.RTSAttr{Timeout: 18, RetryCnt: 7, RNRRetry: 7}); err != nil {
+		t.Fatal(err)
+	}
+	const max = 8 // a power of two: granted as asked
+	wr := verbs.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{A.mr.SGE(0, 64)},
+		Remote: stack.RemoteAddr{Addr: 0x1000, RKey: 0x1234}}
+	for i := 0; i < max; i++ {
+		wr.ID = uint64(i)
+		if err := q.PostSend(&wr); err != nil {
+			t.Fatalf("request %d of %d: %v", i+1, max, err)
+		}
+	}
+	// Whether or not the daemon has taken them from the ring yet, they
+	// are outstanding: give it time to.
+	time.Sleep(50 * time.Millisecond)
+	wr.ID = 99
+	if err := q.PostSend(&wr); !errors.Is(err, stack.ErrQueueFull) {
+		t.Fatalf("request %d past max_send_wr %d: %v, want %v", max+1, max, err, stack.ErrQueueFull)
+	}
+	if n, err := q.PostSendBatch([]verbs.SendWR{wr}); n != 0 || !errors.Is(err, stack.ErrQueueFull) {
+		t.Fatalf("batch past max_send_wr: %d posted, %v", n, err)
+	}
+	if err := q.ToErr(); err != nil {
+		t.Fatal(err)
+	}
+	for i, wc := range waitN(t, A.cq, max) {
+		if wc.ID != uint64(i) || wc.Status == stack.WCSuccess {
+			t.Fatalf("completion %d: %+v, want request %d flushed", i, wc, i)
+		}
+	}
+	wr.ID = 100
+	if err := q.PostSend(&wr); err != nil {
+		t.Fatalf("post in ERR after the flush: %v", err)
+	}
+	if wc := waitN(t, A.cq, 1)[0]; wc.ID != 100 || wc.Status != stack.WCWRFlushErr {
+		t.Fatalf("request posted in ERR: %+v", wc)
+	}
+}

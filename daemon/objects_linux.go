@@ -74,7 +74,8 @@ type qpObj struct {
 	sst            []stack.WCStatus // ... and the status of those refused
 	ssges          [][]stack.SGE
 	sslot          []proto.SendSlot
-	sb, sn         int // the backlog: swrs[sb:sb+sn] wait for room
+	sb, sn         int    // the backlog: swrs[sb:sb+sn] wait for room
+	refused        uint32 // requests refused from the send ring (proto.OffRefused)
 	rcopies        [][]byte
 	rwrs           []stack.RecvWR
 	rst            []stack.WCStatus

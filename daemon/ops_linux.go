@@ -443,6 +443,10 @@ func (ss *session) createQP(req *proto.CreateQP) (any, int, error) {
 		init.SRQ = srq.srq
 		init.MaxRecvWR = 0
 	}
+	// The client counts its outstanding requests from these (SPEC.md,
+	// Rings): the engine stores the count before the completion that
+	// shows it is pushed.
+	init.SendRetired = func(n uint64) { o.sq.SetRetired(uint32(n)) }
 	q, err := pd.pd.CreateQP(init)
 	if err != nil {
 		return nil, -1, err

@@ -340,6 +340,7 @@ func (ss *session) postSends(q *qpObj, from, to int) int {
 	i := from
 	for i < to {
 		if q.sst[i] != stack.WCSuccess {
+			q.refuse()
 			q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[i].ID, Status: q.sst[i], QPN: q.q.QPN()})
 			i++
 			continue
@@ -358,10 +359,18 @@ func (ss *session) postSends(q *qpObj, from, to int) int {
 		}
 		// Refused by the QP (its state, its attributes): an error
 		// completion.
+		q.refuse()
 		q.sendCQ.ring.pushNow(&stack.WC{ID: q.swrs[i].ID, Status: stack.WCLocQPOpErr, QPN: q.q.QPN()})
 		i++
 	}
 	return i - from
+}
+
+// refuse counts a send request refused from the ring, before its
+// completion: the client no longer counts it as outstanding.
+func (q *qpObj) refuse() {
+	q.refused++
+	q.sq.SetRefused(q.refused)
 }
 
 // buildSend turns slot copy i of q into q.swrs[i]; it returns the status

@@ -20,7 +20,7 @@ import (
 
 // Version is the protocol version a client names in Hello. The daemon
 // refuses other versions.
-const Version = 1
+const Version = 2
 
 // MaxMessage bounds a message, header included.
 const MaxMessage = 64 << 10

@@ -16,6 +16,10 @@ import "encoding/binary"
 //	+140  CQ rings: completion events sent (u32)
 //	+144  receive and SRQ rings: requests posted to the QP (u32, see
 //	      SPEC.md: a client waits for it to pass its receives)
+//	+148  send rings: requests the QP has retired (u32, free-running)
+//	+152  send rings: requests the daemon refused from the ring (u32,
+//	      free-running); with +148, what a client subtracts from its
+//	      producer index to know how many are outstanding
 //	+192  slots (u32) and slot bytes (u32), for information
 //
 // The client produces on send and receive rings, the daemon consumes;
@@ -35,6 +39,8 @@ const (
 	OffOverrun  = 136
 	OffEvents   = 140
 	OffPosted   = 144
+	OffRetired  = 148
+	OffRefused  = 152
 	OffSlots    = 192
 	OffSlotSize = 196
 )

@@ -87,5 +87,22 @@ func (r *Ring) Posted() uint32 { return r.u32(OffPosted).Load() }
 // SetPosted stores the posted index.
 func (r *Ring) SetPosted(v uint32) { r.u32(OffPosted).Store(v) }
 
+// Retired returns a send ring's count of requests the QP has retired.
+func (r *Ring) Retired() uint32 { return r.u32(OffRetired).Load() }
+
+// SetRetired stores a send ring's count of retired requests (release).
+func (r *Ring) SetRetired(v uint32) { r.u32(OffRetired).Store(v) }
+
+// Refused returns a send ring's count of requests the daemon refused.
+func (r *Ring) Refused() uint32 { return r.u32(OffRefused).Load() }
+
+// SetRefused stores a send ring's count of refused requests (release).
+func (r *Ring) SetRefused(v uint32) { r.u32(OffRefused).Store(v) }
+
+// Outstanding returns how many of a send ring's requests, up to the
+// producer index prod, are neither retired nor refused: the work
+// ibv_post_send counts against max_send_wr.
+func (r *Ring) Outstanding(prod uint32) uint32 { return prod - r.Retired() - r.Refused() }
+
 // Overrun returns the completions lost to a full CQ ring.
 func (r *Ring) Overrun() uint32 { return r.u32(OffOverrun).Load() }

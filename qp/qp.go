@@ -163,6 +163,13 @@ func (q *QP) State() State { return q.state }
 // Counters returns the counters the QP increments.
 func (q *QP) Counters() *Counters { return q.ctr }
 
+// SendRetired returns how many send work requests the QP has retired
+// since it was created: completed (signaled or not), flushed, or dropped
+// by a reset. It only grows, and a request counts before its completion
+// reaches the sink, so a consumer that sees the completion may post
+// again into the room it left (what ibv_post_send's ENOMEM is about).
+func (q *QP) SendRetired() uint64 { return q.sq.base + q.sq.head }
+
 // Release returns the buffers the QP holds to Env.Stash. Call it before
 // dropping a QP that was not moved to RESET or ERR (which release them).
 func (q *QP) Release() { q.stashClear() }
@@ -220,8 +227,9 @@ func (q *QP) enterSQE() {
 // flushSend completes every WQE in the send queue.
 func (q *QP) flushSend() {
 	sq := &q.sq
-	for ; sq.head != sq.tail; sq.head++ {
+	for sq.head != sq.tail {
 		w := sq.at(sq.head)
+		sq.head++ // retired before its completion is seen (SendRetired)
 		st := WCWRFlushErr
 		if w.done {
 			st = w.status // its own error, or success not yet retired

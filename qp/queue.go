@@ -60,6 +60,9 @@ type sendQueue struct {
 	head      uint64
 	next      uint64
 	tail      uint64
+	// base counts the WQEs retired before the last clear (a reset
+	// drops what was posted): base+head only grows (SendRetired).
+	base uint64
 }
 
 func (s *sendQueue) init(n, maxSGE, maxInline int) {
@@ -109,6 +112,7 @@ func (s *sendQueue) full() bool { return s.tail-s.head >= uint64(len(s.slots)) }
 
 // clear empties the ring without completions.
 func (s *sendQueue) clear() {
+	s.base += s.tail
 	s.head, s.next, s.tail = 0, 0, 0
 	for i := range s.slots {
 		s.slots[i] = sendWQE{}

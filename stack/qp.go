@@ -172,6 +172,14 @@ type QPInit struct {
 	// to INIT with that Q_Key and P_Key index 0, then RTR and RTS, as any
 	// UD QP (IBTA vol 1, 13.5.1, and the kernel's ib_mad for QP1).
 	GSI bool
+	// SendRetired, when set, is called each time the QP produces a send
+	// completion, before the completion is pushed to the CQ, with the
+	// number of send work requests retired so far (qp.QP.SendRetired:
+	// unsignaled ones before it included). The daemon publishes it to
+	// its client, whose ibv_post_send refuses work past max_send_wr
+	// outstanding. It runs with the QP's lock held, in an engine or in
+	// the verbs call that flushes the queue: it must not block.
+	SendRetired func(n uint64)
 }
 
 // GSIQPN and GSIQKey are the general services QP's number and Q_Key
@@ -739,6 +747,8 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 	c := s.q.sendCQ
 	if recv {
 		c = s.q.recvCQ
+	} else if f := s.q.init.SendRetired; f != nil {
+		f(s.q.q.SendRetired())
 	}
 	c.push(wc)
 	if c.sink == nil {

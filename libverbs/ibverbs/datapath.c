@@ -130,6 +130,20 @@ int uv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 /* Sends. */
 
+/*
+ * The send requests the daemon is done with: retired by the QP
+ * (completed, signaled or not, or flushed) or refused from the ring
+ * (SPEC.md, Rings). A request is outstanding from its slot's production
+ * until then, and at most max_send_wr (the ring's slots) may be, so a
+ * full queue fails with ENOMEM as an RNIC's does; since the daemon only
+ * retires requests it has taken, this also keeps a slot from being
+ * overwritten before the daemon has copied it.
+ */
+static inline uint32_t sq_done(struct uv_ring *r)
+{
+	return uv_load(uv_ring_word(r, UP_OFF_RETIRED)) + uv_load(uv_ring_word(r, UP_OFF_REFUSED));
+}
+
 /* Whether QP q takes a request of opcode op (ibv_post_send's rules): 0 or EINVAL. */
 static int send_op_check(const struct uv_qp *q, enum ibv_wr_opcode op)
 {
@@ -272,11 +286,11 @@ int uv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	}
 	pthread_spin_lock(&q->slock);
 	uint32_t prod = r->prod, start = prod;
-	uint32_t cons = uv_load(uv_ring_word(r, UP_OFF_CONSUMER));
+	uint32_t done = sq_done(r);
 	for (; wr; wr = wr->next) {
-		if (prod - cons >= r->n) {
-			cons = uv_load(uv_ring_word(r, UP_OFF_CONSUMER));
-			if (prod - cons >= r->n) {
+		if (prod - done >= r->n) {
+			done = sq_done(r);
+			if (prod - done >= r->n) {
 				err = ENOMEM;
 				break;
 			}
@@ -337,9 +351,9 @@ static struct up_send_slot *wr_begin(struct uv_qp *q, enum ibv_wr_opcode op)
 	int err = wr_end(q);
 	if (!err)
 		err = send_op_check(q, op);
-	if (!err && w->prod - w->cons >= r->n) {
-		w->cons = uv_load(uv_ring_word(r, UP_OFF_CONSUMER));
-		if (w->prod - w->cons >= r->n)
+	if (!err && w->prod - w->done >= r->n) {
+		w->done = sq_done(r);
+		if (w->prod - w->done >= r->n)
 			err = ENOMEM;
 	}
 	if (err) {
@@ -367,7 +381,7 @@ static void wr_start(struct ibv_qp_ex *x)
 {
 	struct uv_qp *q = qpx_qp(x);
 	pthread_spin_lock(&q->slock);
-	q->wr = (struct uv_wr_batch){.prod = q->sq.prod, .cons = uv_load(uv_ring_word(&q->sq, UP_OFF_CONSUMER))};
+	q->wr = (struct uv_wr_batch){.prod = q->sq.prod, .done = sq_done(&q->sq)};
 }
 
 static int wr_complete(struct ibv_qp_ex *x)

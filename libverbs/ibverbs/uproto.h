@@ -16,7 +16,7 @@
 #error "the uroce protocol is little-endian; this mirror reads it in place"
 #endif
 
-#define UP_VERSION 1
+#define UP_VERSION 2
 #define UP_MAX_MESSAGE (64 << 10)
 #define UP_HEADER_LEN 16
 
@@ -345,6 +345,8 @@ struct up_async_event {
 #define UP_OFF_OVERRUN 136
 #define UP_OFF_EVENTS 140
 #define UP_OFF_POSTED 144
+#define UP_OFF_RETIRED 148
+#define UP_OFF_REFUSED 152
 #define UP_OFF_SLOTS 192
 #define UP_OFF_SLOT_SIZE 196
 

@@ -214,7 +214,7 @@ struct uv_srq {
  */
 struct uv_wr_batch {
 	uint32_t prod;  /* the next request's ring index */
-	uint32_t cons;  /* the daemon's consumer index as last read */
+	uint32_t done;  /* the requests retired or refused, as last read (sq_done) */
 	uint8_t *cur;   /* the current request's slot, or NULL */
 	int need_ah;    /* the current request is UD's and has no address yet */
 	int err;        /* the batch's first error, or 0 */

@@ -2415,6 +2415,71 @@ static int case_rc_remote_error(int qi)
 	return 0;
 }
 
+/*
+ * A send queue takes max_send_wr requests, as ibv_create_qp granted, and
+ * refuses the next with ENOMEM, *bad_wr naming it, for as long as they
+ * are outstanding: here WRITEs to a QP number the peer does not have,
+ * so nothing acknowledges them (the ACK timeout is a second). Requests
+ * the daemon has taken from its ring count until they complete, so the
+ * last one is posted after the daemon had time to take them. Moving
+ * the QP to ERR completes every one of them.
+ */
+static int case_send_queue_full(void)
+{
+	if (server)
+		return 0;
+	struct ibv_qp_cap cap;
+	struct ibv_qp *qp = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, NULL, &cap);
+	CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	int r = e ? failf("RESET to INIT: %s", strerror(e)) : 0;
+	a = rtr_attr(0xfffffe, 0);
+	if (r == 0 && (e = modify(qp, IBV_QPS_RTR, RTR_MASK, &a)) != 0)
+		r = failf("INIT to RTR: %s", strerror(e));
+	memset(&a, 0, sizeof(a));
+	a.timeout = 18; /* 1.07 s */
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if (r == 0 && (e = modify(qp, IBV_QPS_RTS, RTS_MASK, &a)) != 0)
+		r = failf("RTR to RTS: %s", strerror(e));
+	uint32_t n = 0;
+	for (; r == 0 && n < cap.max_send_wr; n++)
+		if ((e = post(qp, IBV_WR_RDMA_WRITE, E.buf, 64, E.buf_mr->lkey, 400 + n, E.peer.buf_addr,
+			      E.peer.buf_rkey)) != 0)
+			r = failf("request %u of max_send_wr %u: %s", n + 1, cap.max_send_wr, strerror(e));
+	if (r == 0) {
+		/* Time for the requests to leave a ring (the daemon's) for the QP: they still count. */
+		usleep(100 * 1000);
+		struct ibv_sge sge = {.addr = (uintptr_t)E.buf, .length = 64, .lkey = E.buf_mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 999, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED},
+				   *bad = NULL;
+		wr.wr.rdma.remote_addr = E.peer.buf_addr;
+		wr.wr.rdma.rkey = E.peer.buf_rkey;
+		e = ibv_post_send(qp, &wr, &bad);
+		if (e != ENOMEM || bad != &wr)
+			r = failf("request %u past max_send_wr %u outstanding: %s, bad_wr %s; want ENOMEM", n + 1,
+				  cap.max_send_wr, e ? strerror(e) : "posted", bad == &wr ? "it" : "not it");
+	}
+	if ((e = modify(qp, IBV_QPS_ERR, 0, &a)) != 0 && r == 0)
+		r = failf("RTS to ERR: %s", strerror(e));
+	for (uint32_t k = 0; r == 0 && k < n; k++) {
+		struct ibv_wc wc;
+		if (poll_one(E.local_cq, &wc, "flushed request"))
+			r = -1;
+		else if (wc.wr_id != 400 + k || wc.status == IBV_WC_SUCCESS)
+			r = failf("request %u of %u: wr_id %llu status %s, want it flushed", k + 1, n,
+				  (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	}
+	if (r == 0)
+		r = poll_none(E.local_cq, 20, "after the flush");
+	if ((e = ibv_destroy_qp(qp)) != 0 && r == 0)
+		r = failf("ibv_destroy_qp: %s", strerror(e));
+	return r;
+}
+
 /* A SEND to a QP with no receive posted, with rnr_retry 1: IBV_WC_RNR_RETRY_EXC_ERR. */
 static int case_rc_rnr(void)
 {
@@ -2687,6 +2752,7 @@ int main(int argc, char **argv)
 	RUN("rc_no_remote_write", case_rc_remote_error(Q_NO_WRITE));
 	RUN("rc_read_out_of_bounds", case_rc_remote_error(Q_BOUNDS));
 	RUN("rc_rnr_retry_exc", case_rc_rnr());
+	RUN("send_queue_full", case_send_queue_full());
 	sync_peer(1);
 	RUN("destroy_busy", case_destroy_busy());
 	RUN("destroy", case_destroy());
