@@ -21,7 +21,8 @@ const pcapUsage = `usage:
       for a CM MAD on QP1 its message, transaction and communication IDs,
       QPN, starting PSN, service ID (port space, port) and the rdma_cm
       addresses (src=IP:port dst=IP:port, the port of dst from the
-      service ID)
+      service ID); and one per PAUSE or PFC frame (802.3x, 802.1Qbb):
+      source MAC, quanta per enabled priority
   uroce pcap verify [--json] [--strict] [-q] FILE...
       check every RoCE packet (ICRC, lengths, pad, reserved bits, opcode,
       headers), each QP's flow (PSN gaps, retransmissions, duplicates,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/mad"
+	"github.com/uroce/uroce/pfc"
 )
 
 // Status says how far a RoCE frame could be decoded.
@@ -340,21 +341,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	p := &r.P
 	b = append(b, `{"frame":`...)
 	b = strconv.AppendInt(b, int64(r.Frame), 10)
-	if !r.Time.IsZero() {
-		// Seconds with nanosecond digits, written exactly (a float64
-		// holds about 16 significant digits, a timestamp needs 19).
-		b = append(b, `,"time":`...)
-		sec, ns := r.Time.Unix(), r.Time.Nanosecond()
-		if sec < 0 && ns > 0 {
-			b = append(b, '-')
-			sec, ns = -sec-1, 1e9-ns
-		}
-		b = strconv.AppendInt(b, sec, 10)
-		b = append(b, '.')
-		var tmp [16]byte
-		frac := strconv.AppendInt(tmp[:0], int64(ns)+1e9, 10)
-		b = append(b, frac[1:]...)
-	}
+	b = appendJSONTime(b, r.Time)
 	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, int64(p.Version), 10)
 	b = append(b, `,"src_mac":"`...)
@@ -514,6 +501,197 @@ func (r *Record) appendExtJSON(b []byte) []byte {
 		b = appendKeyInt(b, "ieth", uint64(p.IETH().RKey()))
 	}
 	return b
+}
+
+// MACControl is one decoded MAC Control frame (EtherType 0x8808, with
+// or without an 802.1Q tag): an IEEE 802.3x PAUSE, an 802.1Qbb PFC
+// frame, or one of another opcode. DecodeMACControl fills it without
+// allocating; F aliases the frame.
+type MACControl struct {
+	Frame   int // 1-based index in the file
+	Time    time.Time
+	Status  Status // StatusOK also for an opcode other than PAUSE and PFC
+	CapLen  int
+	OrigLen int
+	// Len is the frame's length on the wire, from its Ethernet header.
+	Len int
+	F   pfc.Frame
+}
+
+// DecodeMACControl decodes frame number n (1-based) of a file as a MAC
+// Control frame. It returns false when the frame is not one. A frame
+// shorter than the 60-byte minimum is StatusMalformed (a receiver drops
+// it), or StatusTruncated when only the capture cut it.
+func DecodeMACControl(n int, f *Frame, rec *MACControl) bool {
+	fr, err := pfc.Parse(f.Data)
+	if err == pfc.ErrNotMACControl {
+		return false
+	}
+	*rec = MACControl{Frame: n, Time: f.Time, CapLen: f.CapLen, OrigLen: f.OrigLen, Len: len(f.Data) + max(f.OrigLen-f.CapLen, 0), F: fr}
+	if err == pfc.ErrTooShort {
+		rec.Status = StatusMalformed
+		if f.Truncated() && rec.Len >= pfc.MinLen {
+			rec.Status = StatusTruncated
+		}
+	}
+	return true
+}
+
+// AppendText appends the one-line text form of r (no newline): frame
+// number, source MAC (then "> destination" when it is not the reserved
+// 01:80:c2:00:00:01), vlan=VID when tagged, and
+// "PAUSE quanta=N", "PFC prioN=Q ... (enable 0xEE)" naming the
+// priorities whose enable bit is set, or "MAC_CONTROL opcode=0xNNNN
+// (unsupported)"; then truncated or MALFORMED as for RoCE packets.
+func (r *MACControl) AppendText(b []byte) []byte {
+	f := &r.F
+	b = strconv.AppendInt(b, int64(r.Frame), 10)
+	b = append(b, ' ')
+	b = appendMAC(b, f.Src())
+	if !f.DstReserved() {
+		b = append(b, " > "...)
+		b = appendMAC(b, f.Dst())
+	}
+	if f.HasVLAN() {
+		b = append(b, " vlan="...)
+		b = strconv.AppendInt(b, int64(f.VLANTCI()&0xfff), 10)
+	}
+	switch op := f.Opcode(); {
+	case op == pfc.OpPause:
+		b = append(b, " PAUSE"...)
+		if f.Complete() {
+			b = append(b, " quanta="...)
+			b = strconv.AppendUint(b, uint64(f.PauseTime()), 10)
+		}
+	case op == pfc.OpPFC:
+		b = append(b, " PFC"...)
+		if f.Complete() {
+			for n := range pfc.Priorities {
+				if q, ok := f.Pause(n); ok {
+					b = append(b, " prio"...)
+					b = strconv.AppendInt(b, int64(n), 10)
+					b = append(b, '=')
+					b = strconv.AppendUint(b, uint64(q), 10)
+				}
+			}
+			b = append(b, " (enable "...)
+			b = appendHex(b, uint64(f.Enable()), 2)
+			b = append(b, ')')
+		}
+	case op == 0 && f.Err() != pfc.ErrUnknownOpcode: // cut before the opcode
+		b = append(b, " MAC_CONTROL"...)
+	default:
+		b = append(b, " MAC_CONTROL opcode="...)
+		b = appendHex(b, uint64(op), 4)
+		b = append(b, " (unsupported)"...)
+	}
+	switch r.Status {
+	case StatusTruncated:
+		b = append(b, " truncated ("...)
+		b = strconv.AppendInt(b, int64(r.CapLen), 10)
+		b = append(b, " of "...)
+		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
+		b = append(b, " bytes captured)"...)
+	case StatusMalformed:
+		b = append(b, " MALFORMED ("...)
+		b = r.appendProblem(b)
+		b = append(b, ')')
+	}
+	return b
+}
+
+// appendProblem appends why a malformed frame is: plain ASCII, no
+// character JSON would escape.
+func (r *MACControl) appendProblem(b []byte) []byte {
+	b = append(b, "frame of "...)
+	b = strconv.AppendInt(b, int64(r.Len), 10)
+	b = append(b, " bytes is shorter than the "...)
+	b = strconv.AppendInt(b, pfc.MinLen, 10)
+	return append(b, "-byte minimum"...)
+}
+
+// AppendJSON appends r as one JSON object (no newline). Keys: frame,
+// time, src_mac, dst_mac, vlan, mac_control (an object: opcode when
+// captured, name PAUSE, PFC or unsupported; for PAUSE quanta, for PFC
+// enable and prio_quanta, the eight times, when captured), and
+// truncated (with cap_len, orig_len) or malformed when so. The key
+// mac_control tells these objects from those of RoCE packets.
+func (r *MACControl) AppendJSON(b []byte) []byte {
+	f := &r.F
+	b = append(b, `{"frame":`...)
+	b = strconv.AppendInt(b, int64(r.Frame), 10)
+	b = appendJSONTime(b, r.Time)
+	b = append(b, `,"src_mac":"`...)
+	b = appendMAC(b, f.Src())
+	b = append(b, `","dst_mac":"`...)
+	b = appendMAC(b, f.Dst())
+	b = append(b, '"')
+	if f.HasVLAN() {
+		b = append(b, `,"vlan":{"pcp":`...)
+		b = strconv.AppendInt(b, int64(f.VLANTCI()>>13), 10)
+		b = append(b, `,"vid":`...)
+		b = strconv.AppendInt(b, int64(f.VLANTCI()&0xfff), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"mac_control":{`...)
+	switch op := f.Opcode(); {
+	case op == 0 && f.Err() != pfc.ErrUnknownOpcode:
+	case op == pfc.OpPause:
+		b = append(b, `"opcode":1,"name":"PAUSE"`...)
+		if f.Complete() {
+			b = appendKeyInt(b, "quanta", uint64(f.PauseTime()))
+		}
+	case op == pfc.OpPFC:
+		b = append(b, `"opcode":257,"name":"PFC"`...)
+		if f.Complete() {
+			b = appendKeyInt(b, "enable", uint64(f.Enable()))
+			b = append(b, `,"prio_quanta":[`...)
+			for n := range pfc.Priorities {
+				if n > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(b, uint64(f.Time(n)), 10)
+			}
+			b = append(b, ']')
+		}
+	default:
+		b = append(b, `"opcode":`...)
+		b = strconv.AppendUint(b, uint64(op), 10)
+		b = append(b, `,"name":"unsupported"`...)
+	}
+	b = append(b, '}')
+	switch r.Status {
+	case StatusTruncated:
+		b = append(b, `,"truncated":true,"cap_len":`...)
+		b = strconv.AppendInt(b, int64(r.CapLen), 10)
+		b = append(b, `,"orig_len":`...)
+		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
+	case StatusMalformed:
+		b = append(b, `,"malformed":"`...)
+		b = r.appendProblem(b)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// appendJSONTime appends the "time" key, unless t is zero: seconds with
+// nanosecond digits, written exactly (a float64 holds about 16
+// significant digits, a timestamp needs 19).
+func appendJSONTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	b = append(b, `,"time":`...)
+	sec, ns := t.Unix(), t.Nanosecond()
+	if sec < 0 && ns > 0 {
+		b = append(b, '-')
+		sec, ns = -sec-1, 1e9-ns
+	}
+	b = strconv.AppendInt(b, sec, 10)
+	b = append(b, '.')
+	var tmp [16]byte
+	frac := strconv.AppendInt(tmp[:0], int64(ns)+1e9, 10)
+	return append(b, frac[1:]...)
 }
 
 func appendKeyInt(b []byte, k string, v uint64) []byte {

@@ -5,16 +5,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/bits"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
+	"github.com/uroce/uroce/pfc"
 )
 
 // decodeJSON runs RunDecode --json on paths and returns the objects.
@@ -180,6 +183,9 @@ func TestDecodeShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range objs {
+			if _, ok := m["mac_control"]; ok {
+				continue // PAUSE or PFC: not RoCE
+			}
 			i := int(num(t, m, "frame")) - 1
 			var p bth.Packet
 			err := bth.Parse(frames[i].Data, &p)
@@ -241,7 +247,9 @@ func TestDecodeAgainstTshark(t *testing.T) {
 		}
 		ours := map[uint64]map[string]any{}
 		for _, m := range decodeJSON(t, path) {
-			ours[num(t, m, "frame")] = m
+			if _, ok := m["mac_control"]; !ok {
+				ours[num(t, m, "frame")] = m
+			}
 		}
 		rows := strings.Split(strings.TrimSpace(string(out)), "\n")
 		seen := map[uint64]bool{}
@@ -322,5 +330,211 @@ func TestDecodeAgainstTshark(t *testing.T) {
 	t.Logf("%d packets compared with tshark", compared)
 	if compared == 0 {
 		t.Fatal("nothing compared")
+	}
+}
+
+// macControlFrames returns a crafted mix of RoCE and MAC Control frames
+// and the text line `uroce pcap decode` gives for each ("" for a frame
+// it skips).
+func macControlFrames(t testing.TB) ([]pcaptest.Frame, []string) {
+	r := newRig(t)
+	src := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	pfcFrame := pfc.AppendPFC(nil, src, 0x28, [8]uint16{3: 0xffff, 5: 0, 6: 7}) // time[6] without its enable bit
+	tagged := pfc.Fields{Dst: pfc.ReservedAddr, Src: [6]byte(src), HasVLAN: true, VLANTCI: 0x6064, Opcode: pfc.OpPFC, Enable: 0x01, Times: [8]uint16{0: 10}}
+	unicast := pfc.AppendPause(nil, src, 0)
+	copy(unicast, []byte{0x52, 0x54, 0, 0, 0, 1})
+	gate := pfc.AppendPause(nil, src, 1)
+	gate[15] = 0x02
+	withFCS := append(pfc.AppendPause(nil, src, 0x1234), 0xde, 0xad, 0xbe, 0xef)
+	arp := make([]byte, 60)
+	copy(arp, pfcFrame[:12])
+	arp[12], arp[13] = 0x08, 0x06
+	pause := pfc.AppendPause(nil, src, 0xffff)
+	frames := []pcaptest.Frame{
+		{Data: r.send(13, 1024)[0]},
+		{Data: pfcFrame},
+		{Data: pause},
+		{Data: tagged.Append(nil)},
+		{Data: unicast},
+		{Data: gate},
+		{Data: pfcFrame[:34]},                   // sent without its pad
+		{Data: pause[:16], OrigLen: len(pause)}, // cut by the snap length
+		{Data: pfc.AppendPFC(nil, src, 0, [8]uint16{1, 2, 3, 4, 5, 6, 7, 8})},
+		{Data: arp},
+		{Data: withFCS},
+		{Data: pfcFrame[:15]}, // cut in the opcode
+	}
+	m := "52:54:00:00:00:02"
+	want := []string{
+		"1 192.0.2.2:",
+		"2 " + m + " PFC prio3=65535 prio5=0 (enable 0x28)",
+		"3 " + m + " PAUSE quanta=65535",
+		"4 " + m + " vlan=100 PFC prio0=10 (enable 0x01)",
+		"5 " + m + " > 52:54:00:00:00:01 PAUSE quanta=0",
+		"6 " + m + " MAC_CONTROL opcode=0x0002 (unsupported)",
+		"7 " + m + " PFC prio3=65535 prio5=0 (enable 0x28) MALFORMED (frame of 34 bytes is shorter than the 60-byte minimum)",
+		"8 " + m + " PAUSE truncated (16 of 60 bytes captured)",
+		"9 " + m + " PFC (enable 0x00)",
+		"",
+		"11 " + m + " PAUSE quanta=4660",
+		"12 " + m + " MAC_CONTROL MALFORMED (frame of 15 bytes is shorter than the 60-byte minimum)",
+	}
+	return frames, want
+}
+
+func TestDecodeMACControlText(t *testing.T) {
+	frames, want := macControlFrames(t)
+	for _, path := range []string{pcaptest.WritePcap(t, frames), pcaptest.WritePcapng(t, frames)} {
+		var out, errOut bytes.Buffer
+		if code := RunDecode(&out, &errOut, []string{path}, false); code != ExitOK || errOut.Len() > 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		var wantLines []string
+		for _, w := range want {
+			if w != "" {
+				wantLines = append(wantLines, w)
+			}
+		}
+		if len(lines) != len(wantLines) {
+			t.Fatalf("%s: %d lines, want %d:\n%s", filepath.Ext(path), len(lines), len(wantLines), out.String())
+		}
+		for i, w := range wantLines {
+			if i == 0 && strings.HasPrefix(lines[i], w) && strings.HasSuffix(lines[i], " ok") {
+				continue // the RoCE packet, as TestDecodeText checks it
+			}
+			if lines[i] != w {
+				t.Errorf("%s line %d:\n got %q\nwant %q", filepath.Ext(path), i+1, lines[i], w)
+			}
+		}
+	}
+}
+
+func TestDecodeMACControlJSON(t *testing.T) {
+	frames, _ := macControlFrames(t)
+	objs := decodeJSON(t, pcaptest.WritePcap(t, frames))
+	byFrame := map[uint64]map[string]any{}
+	for _, m := range objs {
+		byFrame[num(t, m, "frame")] = m
+	}
+	if len(objs) != len(frames)-1 || byFrame[10] != nil {
+		t.Fatalf("%d objects for %d frames (one not decoded)", len(objs), len(frames))
+	}
+	if _, ok := byFrame[1]["mac_control"]; ok || byFrame[1]["opcode_name"] != "RC_SEND_ONLY" {
+		t.Errorf("RoCE packet: %v", byFrame[1])
+	}
+	mc := func(i uint64) map[string]any {
+		t.Helper()
+		c, ok := byFrame[i]["mac_control"].(map[string]any)
+		if !ok {
+			t.Fatalf("frame %d: no mac_control in %v", i, byFrame[i])
+		}
+		return c
+	}
+	prioQuanta := func(i uint64) []uint64 {
+		t.Helper()
+		a, _ := mc(i)["prio_quanta"].([]any)
+		var out []uint64
+		for _, v := range a {
+			n, _ := strconv.ParseUint(string(v.(json.Number)), 10, 64)
+			out = append(out, n)
+		}
+		return out
+	}
+	if c := mc(2); c["name"] != "PFC" || num(t, c, "opcode") != 0x0101 || num(t, c, "enable") != 0x28 ||
+		!slices.Equal(prioQuanta(2), []uint64{0, 0, 0, 65535, 0, 0, 7, 0}) {
+		t.Errorf("pfc: %v", c)
+	}
+	if m := byFrame[2]; m["src_mac"] != "52:54:00:00:00:02" || m["dst_mac"] != "01:80:c2:00:00:01" || m["time"] == nil || m["malformed"] != nil {
+		t.Errorf("pfc: %v", m)
+	}
+	if c := mc(3); c["name"] != "PAUSE" || num(t, c, "opcode") != 1 || num(t, c, "quanta") != 65535 {
+		t.Errorf("pause: %v", c)
+	}
+	if num(t, byFrame[4], "vlan", "vid") != 100 || num(t, byFrame[4], "vlan", "pcp") != 3 || num(t, mc(4), "enable") != 1 {
+		t.Errorf("tagged: %v", byFrame[4])
+	}
+	if byFrame[5]["dst_mac"] != "52:54:00:00:00:01" || num(t, mc(5), "quanta") != 0 {
+		t.Errorf("unicast: %v", byFrame[5])
+	}
+	if c := mc(6); c["name"] != "unsupported" || num(t, c, "opcode") != 2 || byFrame[6]["malformed"] != nil {
+		t.Errorf("gate: %v", byFrame[6])
+	}
+	if m := byFrame[7]; m["malformed"] != "frame of 34 bytes is shorter than the 60-byte minimum" || num(t, mc(7), "enable") != 0x28 {
+		t.Errorf("short: %v", m)
+	}
+	if m := byFrame[8]; m["truncated"] != true || num(t, m, "cap_len") != 16 || num(t, m, "orig_len") != 60 || mc(8)["quanta"] != nil {
+		t.Errorf("cut: %v", m)
+	}
+	if len(mc(12)) != 0 || byFrame[12]["malformed"] == nil {
+		t.Errorf("cut in the opcode: %v", byFrame[12])
+	}
+}
+
+// TestDecodeMACControlAgainstTshark compares the opcode, PAUSE time,
+// PFC enable vector and the eight PFC times with tshark's dissection,
+// when tshark is installed.
+func TestDecodeMACControlAgainstTshark(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark not installed")
+	}
+	frames, _ := macControlFrames(t)
+	path := pcaptest.WritePcap(t, frames)
+	fields := []string{"frame.number", "macc.opcode", "macc.pause_time", "macc.cbfc.enbv"}
+	for n := range 8 {
+		fields = append(fields, "macc.cbfc.pause_time.c"+strconv.Itoa(n))
+	}
+	args := []string{"-r", path, "-Y", "macc", "-T", "fields", "-E", "separator=\t"}
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	out, err := exec.Command(tshark, args...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	ours := map[uint64]map[string]any{}
+	for _, m := range decodeJSON(t, path) {
+		ours[num(t, m, "frame")] = m
+	}
+	compared := 0
+	for _, row := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		col := strings.Split(row, "\t")
+		frame, _ := strconv.ParseUint(col[0], 10, 64)
+		m := ours[frame]
+		c, ok := m["mac_control"].(map[string]any)
+		if !ok || m["malformed"] != nil || m["truncated"] != nil {
+			continue // tshark dissects what fits of frames a receiver drops
+		}
+		parse := func(s string) uint64 {
+			v, err := strconv.ParseUint(s, 0, 64) // decimal, or 0x and hex digits
+			if err != nil {
+				t.Fatalf("frame %d: tshark value %q", frame, s)
+			}
+			return v
+		}
+		if parse(col[1]) != num(t, c, "opcode") {
+			t.Errorf("frame %d: opcode tshark %s, ours %v", frame, col[1], c["opcode"])
+		}
+		switch c["name"] {
+		case "PAUSE":
+			if parse(col[2]) != num(t, c, "quanta") {
+				t.Errorf("frame %d: pause time tshark %s, ours %v", frame, col[2], c["quanta"])
+			}
+		case "PFC":
+			if parse(col[3]) != num(t, c, "enable") {
+				t.Errorf("frame %d: enable vector tshark %s, ours %v", frame, col[3], c["enable"])
+			}
+			q := c["prio_quanta"].([]any)
+			for n := range 8 {
+				if ts := col[4+n]; ts != "" && ts != string(q[n].(json.Number)) {
+					t.Errorf("frame %d: time[%d] tshark %s, ours %v", frame, n, ts, q[n])
+				}
+			}
+		}
+		compared++
+	}
+	if compared < 6 {
+		t.Errorf("%d frames compared with tshark:\n%s", compared, out)
 	}
 }

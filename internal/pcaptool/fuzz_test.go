@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
+	"github.com/uroce/uroce/pfc"
 )
 
 // fuzzCaptures returns small crafted pcap and pcapng files.
@@ -26,7 +28,7 @@ func fuzzCaptures(t testing.TB) [][]byte {
 	x := newExchange(r) // an RDMA CM exchange without its RTU
 	cm := x.setup(r)[:2]
 	var out [][]byte
-	for i, frames := range [][][]byte{send, read, cm} {
+	for i, frames := range [][][]byte{send, read, cm, macControlSeeds()} {
 		ps := pcaptest.Frames(frames...)
 		if i == 0 {
 			// A frame cut short by the snap length.
@@ -41,6 +43,15 @@ func fuzzCaptures(t testing.TB) [][]byte {
 		}
 	}
 	return out
+}
+
+// macControlSeeds are small MAC Control frames: a PFC frame, a tagged
+// PAUSE, and a PFC frame without its pad.
+func macControlSeeds() [][]byte {
+	src := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	pfcFrame := pfc.AppendPFC(nil, src, 0x28, [8]uint16{3: 0xffff})
+	tagged := pfc.Fields{Dst: pfc.ReservedAddr, Src: [6]byte(src), HasVLAN: true, VLANTCI: 0x6064, Opcode: pfc.OpPause, PauseTime: 100}
+	return [][]byte{pfcFrame, tagged.Append(nil), pfcFrame[:34]}
 }
 
 // FuzzReader reads arbitrary bytes as a capture file and runs every frame
@@ -62,6 +73,7 @@ func FuzzReader(f *testing.F) {
 			fd.AppendText(nil, "f")
 		})
 		var rec Record
+		var ctl MACControl
 		for n := 1; n < 10000; n++ {
 			fr, err := r.Next()
 			if err == io.EOF {
@@ -81,6 +93,11 @@ func FuzzReader(f *testing.F) {
 					t.Fatalf("invalid JSON %q", b)
 				}
 				rec.AppendText(nil)
+			} else if DecodeMACControl(n, &fr, &ctl) {
+				if b := ctl.AppendJSON(nil); !json.Valid(b) {
+					t.Fatalf("invalid MAC Control JSON %q", b)
+				}
+				ctl.AppendText(nil)
 			}
 			v.Frame(n, &fr)
 		}
@@ -92,24 +109,35 @@ func FuzzReader(f *testing.F) {
 // the JSON stays valid and the verifier holds.
 func FuzzDecodeFrame(f *testing.F) {
 	r := newRig(f)
-	for _, fr := range flat(r.send(600, 256), [][]byte{r.ack(3, bth.RNRSyndrome(5), 9)}, newExchange(r).setup(r)[:1]) {
+	for _, fr := range flat(r.send(600, 256), [][]byte{r.ack(3, bth.RNRSyndrome(5), 9)}, newExchange(r).setup(r)[:1], macControlSeeds()) {
 		f.Add(fr, uint16(0))
 		f.Add(fr, uint16(20))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
 		fr := Frame{Data: data, CapLen: len(data), OrigLen: len(data) + int(cut)}
 		var rec Record
-		if Decode(1, &fr, &rec) {
+		var ctl MACControl
+		roce := Decode(1, &fr, &rec)
+		if roce {
 			if b := rec.AppendJSON(nil); !json.Valid(b) {
 				t.Fatalf("invalid JSON %q", b)
 			}
 			rec.AppendText(nil)
 		}
+		if DecodeMACControl(1, &fr, &ctl) {
+			if roce {
+				t.Fatal("both RoCE and MAC Control")
+			}
+			if b := ctl.AppendJSON(nil); !json.Valid(b) {
+				t.Fatalf("invalid MAC Control JSON %q", b)
+			}
+			ctl.AppendText(nil)
+		}
 		v := NewVerifier(nil)
 		v.Frame(1, &fr)
 		v.Frame(2, &fr)
 		v.Finish()
-		if v.Counts.Packets != 2 || v.Counts.RoCE > 2 || v.Counts.ICRCOK+v.Counts.ICRCBad > v.Counts.RoCE {
+		if v.Counts.Packets != 2 || v.Counts.RoCE > 2 || v.Counts.ICRCOK+v.Counts.ICRCBad > v.Counts.RoCE || v.Counts.RoCE+v.Counts.MACControl > 2 {
 			t.Fatalf("counts %+v", v.Counts)
 		}
 	})

@@ -50,25 +50,34 @@ func readFrames(rd io.Reader, fn func(n int, f *Frame)) error {
 	}
 }
 
-// RunDecode writes one line (or one JSON object) per RoCE packet of the
-// files to w, and problems with the files to errw. It returns the exit
-// code.
+// RunDecode writes one line (or one JSON object) per RoCE packet and
+// per MAC Control frame (PAUSE, PFC) of the files to w, and problems
+// with the files to errw. It returns the exit code.
 func RunDecode(w, errw io.Writer, paths []string, jsonOut bool) int {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	defer bw.Flush()
 	code := ExitOK
 	var rec Record
+	var ctl MACControl
 	var line []byte
 	for _, path := range paths {
 		err := readFile(path, func(n int, f *Frame) {
-			if !Decode(n, f, &rec) {
-				return
-			}
 			line = line[:0]
-			if jsonOut {
-				line = rec.AppendJSON(line)
-			} else {
-				line = rec.AppendText(line)
+			switch {
+			case Decode(n, f, &rec):
+				if jsonOut {
+					line = rec.AppendJSON(line)
+				} else {
+					line = rec.AppendText(line)
+				}
+			case DecodeMACControl(n, f, &ctl):
+				if jsonOut {
+					line = ctl.AppendJSON(line)
+				} else {
+					line = ctl.AppendText(line)
+				}
+			default:
+				return
 			}
 			line = append(line, '\n')
 			bw.Write(line)
@@ -167,9 +176,9 @@ func RunVerify(w, errw io.Writer, paths []string, opt VerifyOptions) int {
 	if opt.JSON {
 		line = total.AppendJSON(line, "")
 	} else {
-		if len(paths) == 1 && (total.Truncated > 0 || total.Flow > 0) {
-			line = append(line, "("...)
-			line = appendExtra(line, &total)[2:]
+		if len(paths) == 1 && (total.Truncated > 0 || total.Flow > 0 || total.MACControl > 0) {
+			line = append(line, '(')
+			line = append(line, appendExtra(nil, &total)[len("; "):]...)
 			line = append(line, ")\n"...)
 		}
 		line = append(line, total.Summary()...)
@@ -190,6 +199,11 @@ func appendExtra(b []byte, c *Counts) []byte {
 		b = append(b, "; "...)
 		b = strconv.AppendInt(b, int64(c.Flow), 10)
 		b = append(b, " flow anomalies"...)
+	}
+	if c.MACControl > 0 {
+		b = append(b, "; "...)
+		b = strconv.AppendInt(b, int64(c.MACControl), 10)
+		b = append(b, " mac control frames"...)
 	}
 	return b
 }
@@ -249,7 +263,8 @@ func (f *Finding) AppendJSON(b []byte, file string) []byte {
 
 // AppendJSON appends the counts as a JSON object: summary (the text
 // summary line), packets, roce, icrc_ok, icrc_bad, malformed, truncated,
-// errors, flow_anomalies, notes, and file when file is not empty.
+// errors, flow_anomalies, notes, mac_control, and file when file is not
+// empty.
 func (c *Counts) AppendJSON(b []byte, file string) []byte {
 	b = append(b, '{')
 	if file != "" {
@@ -264,7 +279,7 @@ func (c *Counts) AppendJSON(b []byte, file string) []byte {
 		v int
 	}{{"packets", c.Packets}, {"roce", c.RoCE}, {"icrc_ok", c.ICRCOK}, {"icrc_bad", c.ICRCBad},
 		{"malformed", c.Malformed}, {"truncated", c.Truncated}, {"errors", c.Errors},
-		{"flow_anomalies", c.Flow}, {"notes", c.Notes}} {
+		{"flow_anomalies", c.Flow}, {"notes", c.Notes}, {"mac_control", c.MACControl}} {
 		b = appendKeyInt(b, kv.k, uint64(kv.v))
 	}
 	return append(b, '}')

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/pfc"
 )
 
 // Severity grades a finding.
@@ -50,6 +51,9 @@ type Counts struct {
 	Errors    int // findings of severity error
 	Flow      int // flow anomalies
 	Notes     int
+	// MACControl counts the MAC Control frames (EtherType 0x8808: PAUSE,
+	// PFC, other opcodes), which are not RoCE and not checked.
+	MACControl int
 }
 
 // Add adds c2 to c.
@@ -63,6 +67,7 @@ func (c *Counts) Add(c2 Counts) {
 	c.Errors += c2.Errors
 	c.Flow += c2.Flow
 	c.Notes += c2.Notes
+	c.MACControl += c2.MACControl
 }
 
 // Summary is the line `N packets, N roce, N icrc_ok, N icrc_bad, N malformed`.
@@ -117,6 +122,9 @@ func (v *Verifier) Frame(n int, f *Frame) {
 	v.Counts.Packets++
 	rec := &v.rec
 	if !Decode(n, f, rec) {
+		if _, err := pfc.Parse(f.Data); err != pfc.ErrNotMACControl {
+			v.Counts.MACControl++
+		}
 		return
 	}
 	v.Counts.RoCE++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
+	"github.com/uroce/uroce/pfc"
 )
 
 var summaryRE = regexp.MustCompile(`^(\d+) packets, (\d+) roce, (\d+) icrc_ok, (\d+) icrc_bad, (\d+) malformed$`)
@@ -114,6 +116,9 @@ func TestVerifyTruncated(t *testing.T) {
 	}
 	if len(findings(lines, "psn_gap")) != 0 {
 		t.Error("a truncated packet broke the PSN flow")
+	}
+	if len(lines) < 2 || lines[len(lines)-2] != "(1 truncated)" {
+		t.Errorf("no extra counts line in %q", lines)
 	}
 }
 
@@ -410,4 +415,40 @@ func csum(b []byte) uint16 {
 		s = s&0xffff + s>>16
 	}
 	return uint16(s)
+}
+
+// TestVerifyMACControl: PAUSE and PFC frames among RoCE packets are
+// counted under their own name, are not RoCE, and break neither the
+// flow checks nor the exit status (a short one included).
+func TestVerifyMACControl(t *testing.T) {
+	frames := cleanExchange(newRig(t))
+	src := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	ctl := [][]byte{
+		pfc.AppendPFC(nil, src, 0x08, [8]uint16{3: 0xffff}),
+		pfc.AppendPause(nil, src, 100),
+		pfc.AppendPFC(nil, src, 0x08, [8]uint16{})[:34], // too short
+	}
+	var mixed [][]byte
+	for i, f := range frames {
+		mixed = append(mixed, f)
+		if i < len(ctl) {
+			mixed = append(mixed, ctl[i])
+		}
+	}
+	path := pcaptest.WritePcap(t, pcaptest.Frames(mixed...))
+	code, lines, last := verify(t, VerifyOptions{Strict: true}, path)
+	n := len(frames)
+	want := itoa(n+3) + " packets, " + itoa(n) + " roce, " + itoa(n) + " icrc_ok, 0 icrc_bad, 0 malformed"
+	if code != ExitOK || last != want || len(lines) != 2 || lines[0] != "(3 mac control frames)" {
+		t.Errorf("exit %d, output:\n%s\nwant summary %q", code, strings.Join(lines, "\n"), want)
+	}
+	_, lines, _ = verify(t, VerifyOptions{}, path, path)
+	if len(lines) != 3 || lines[0] != path+": "+want+"; 3 mac control frames" {
+		t.Errorf("two files:\n%s", strings.Join(lines, "\n"))
+	}
+	_, _, last = verify(t, VerifyOptions{JSON: true}, path)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(last), &m); err != nil || m["mac_control"] != 3.0 || m["roce"] != float64(n) || m["packets"] != float64(n+3) {
+		t.Errorf("json %q: %v", last, err)
+	}
 }
