@@ -2417,12 +2417,15 @@ static int case_rc_remote_error(int qi)
 
 /*
  * A send queue takes max_send_wr requests, as ibv_create_qp granted, and
- * refuses the next with ENOMEM, *bad_wr naming it, for as long as they
- * are outstanding: here WRITEs to a QP number the peer does not have,
- * so nothing acknowledges them (the ACK timeout is a second). Requests
- * the daemon has taken from its ring count until they complete, so the
- * last one is posted after the daemon had time to take them. Moving
- * the QP to ERR completes every one of them.
+ * refuses more with ENOMEM, *bad_wr naming the request, for as long as
+ * they are outstanding: here WRITEs to a QP number the peer does not
+ * have, so nothing acknowledges them (the ACK timeout is a second). A
+ * provider's queue may hold a few more than it granted (rdma_rxe's holds
+ * 2^k-1: 31 for 16), not twice as many; uroce's holds exactly as many
+ * (daemon TestSendQueueFull). Requests the daemon took from its ring
+ * count until they complete, so the ones past max_send_wr are posted
+ * after the daemon had time to take the others. Moving the QP to ERR
+ * completes every request the queue took.
  */
 static int case_send_queue_full(void)
 {
@@ -2449,20 +2452,24 @@ static int case_send_queue_full(void)
 		if ((e = post(qp, IBV_WR_RDMA_WRITE, E.buf, 64, E.buf_mr->lkey, 400 + n, E.peer.buf_addr,
 			      E.peer.buf_rkey)) != 0)
 			r = failf("request %u of max_send_wr %u: %s", n + 1, cap.max_send_wr, strerror(e));
-	if (r == 0) {
-		/* Time for the requests to leave a ring (the daemon's) for the QP: they still count. */
-		usleep(100 * 1000);
+	if (r == 0)
+		usleep(100 * 1000); /* time for the daemon to take them from its ring: they still count */
+	for (e = 0; r == 0 && n < 2 * cap.max_send_wr; n++) {
 		struct ibv_sge sge = {.addr = (uintptr_t)E.buf, .length = 64, .lkey = E.buf_mr->lkey};
-		struct ibv_send_wr wr = {.wr_id = 999, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+		struct ibv_send_wr wr = {.wr_id = 400 + n, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
 					 .send_flags = IBV_SEND_SIGNALED},
 				   *bad = NULL;
 		wr.wr.rdma.remote_addr = E.peer.buf_addr;
 		wr.wr.rdma.rkey = E.peer.buf_rkey;
-		e = ibv_post_send(qp, &wr, &bad);
+		if ((e = ibv_post_send(qp, &wr, &bad)) == 0)
+			continue;
 		if (e != ENOMEM || bad != &wr)
 			r = failf("request %u past max_send_wr %u outstanding: %s, bad_wr %s; want ENOMEM", n + 1,
-				  cap.max_send_wr, e ? strerror(e) : "posted", bad == &wr ? "it" : "not it");
+				  cap.max_send_wr, strerror(e), bad == &wr ? "it" : "not it");
+		break;
 	}
+	if (r == 0 && e == 0)
+		r = failf("the send queue took %u requests (max_send_wr %u) and was still not full", n, cap.max_send_wr);
 	if ((e = modify(qp, IBV_QPS_ERR, 0, &a)) != 0 && r == 0)
 		r = failf("RTS to ERR: %s", strerror(e));
 	for (uint32_t k = 0; r == 0 && k < n; k++) {
