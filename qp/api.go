@@ -293,6 +293,8 @@ type Caps struct {
 	// up to 256 KiB; a negative value no bound but the PSN space. See
 	// the package documentation on loss recovery.
 	SendWindow int
+	// CNP is how the QP answers CE-marked packets (congestion.go).
+	CNP CNPConfig
 }
 
 // DefaultSendWindow is where the adaptive send window of an RC QP whose
@@ -550,6 +552,8 @@ type Counters struct {
 	LossProbes          uint64 // tail-loss probes: a packet sent again before the ACK timeout
 	QKeyViolation       uint64 // UD packets dropped for a wrong Q_Key
 	CNPRcvd             uint64 // np_cnp_sent on the peer: CNPs received here
+	NPECNMarked         uint64 // np_ecn_marked_roce_packets: CE-marked packets received
+	NPCNPSent           uint64 // np_cnp_sent: CNPs sent in answer
 	DroppedPkts         uint64 // dropped for any other reason
 }
 

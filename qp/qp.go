@@ -26,6 +26,7 @@ type QP struct {
 	path  bth.L2L3 // RC/UC path with the UDP source port resolved
 	hdr   bth.Headers
 	ipid  uint16
+	np    npState // congestion notification (congestion.go)
 	wc    WC
 	// scratch gathers a packet's payload spanning several SGEs. It is
 	// allocated on first use.
@@ -348,6 +349,9 @@ func (q *QP) Receive(now Time, p *bth.Packet) {
 	if p.BTH().PKey()&0x7fff != q.pkey&0x7fff {
 		q.ctr.DroppedPkts++
 		return
+	}
+	if p.ECN() == ecnCE && op.Transport() == wireTransports[q.typ] {
+		q.congested(now, p)
 	}
 	switch q.typ {
 	case RC:

@@ -152,6 +152,8 @@ var qpCounterFields = []struct {
 	{"loss_probes", func(c *qp.Counters) *uint64 { return &c.LossProbes }},
 	{"qkey_violation", func(c *qp.Counters) *uint64 { return &c.QKeyViolation }},
 	{"cnp_rcvd", func(c *qp.Counters) *uint64 { return &c.CNPRcvd }},
+	{"np_ecn_marked_roce_packets", func(c *qp.Counters) *uint64 { return &c.NPECNMarked }},
+	{"np_cnp_sent", func(c *qp.Counters) *uint64 { return &c.NPCNPSent }},
 	{"dropped_pkts", func(c *qp.Counters) *uint64 { return &c.DroppedPkts }},
 }
 

@@ -84,6 +84,10 @@ type Config struct {
 	// asked for every quarter window, so that ACKs keep it moving.
 	SendWindow int
 
+	// Marking is what the IP headers of RoCE packets carry for the
+	// network's congestion control and priorities: DSCP and ECN.
+	Marking Marking
+
 	// Name is the device name reported by Query (default "uroce0").
 	Name string
 	// Limits overrides the default device limits where non-zero.
@@ -238,6 +242,9 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "uroce0"
+	}
+	if err := cfg.Marking.check(); err != nil {
+		return fail(fmt.Errorf("open: %w", err))
 	}
 	lim := defaultLimits
 	mergeLimits(&lim, cfg.Limits)
@@ -444,8 +451,6 @@ func (d *Device) quiesce() {
 	}
 }
 
-// resolve builds the headers of a path from an address handle's
-// attributes.
 // ResolveMAC resolves a peer's IP address to the MAC address packets to
 // it are sent to, as address handles and connected QPs do (the kernel's
 // neighbour table for a device on an interface), bounded by the
@@ -463,6 +468,8 @@ func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) ([6]byte, error)
 	return m, nil
 }
 
+// resolvePath builds the headers of a path from an address handle's
+// attributes.
 func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 	var p pathInfo
 	if a.SGIDIndex < 0 || a.SGIDIndex >= len(d.gids) {
@@ -496,7 +503,7 @@ func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 	p.av.Path.SrcMAC = d.mac
 	p.av.Path.SrcIP = src
 	p.av.Path.DstIP = dst
-	p.av.Path.TrafficClass = a.TrafficClass
+	p.av.Path.TrafficClass = d.cfg.Marking.trafficClass(a.TrafficClass)
 	p.av.Path.FlowLabel = a.FlowLabel
 	p.av.Path.HopLimit = a.HopLimit
 	p.src, p.dst = src, dst

@@ -26,6 +26,10 @@ type FaultConfig struct {
 	Dup     float64 // send it twice
 	Reorder float64 // hold it until one to three later frames have passed
 	Corrupt float64 // flip one bit covered by the ICRC
+	// MarkCE sets ECN congestion experienced (CE) in the IP header of
+	// ECN-capable frames, as a congested switch does (RFC 3168), in
+	// place; the IPv4 header checksum is updated.
+	MarkCE float64
 	// Delay holds every frame for this long (on Clock).
 	Delay time.Duration
 	// ReorderHold bounds how long a reordered frame waits for later
@@ -48,6 +52,7 @@ type FaultStats struct {
 	Duplicated uint64
 	Reordered  uint64
 	Corrupted  uint64 // corrupted frames passed on (a duplicated one counts twice)
+	MarkedCE   uint64 // ECN-capable frames marked CE
 	Delayed    uint64
 	Unharmed   uint64 // faults skipped because MaxHeld frames were held
 }
@@ -83,7 +88,7 @@ type FaultLink struct {
 	rxLent    []*heldFrame
 	rxPassed  uint64
 
-	frames, dropped, duplicated, reordered, corrupted, delayed, unharmed atomic.Uint64
+	frames, dropped, duplicated, reordered, corrupted, delayed, unharmed, markedCE atomic.Uint64
 }
 
 type heldFrame struct {
@@ -119,7 +124,7 @@ func WithFaults(l Link, cfg FaultConfig) *FaultLink {
 // Stats returns the fault counters.
 func (f *FaultLink) Stats() FaultStats {
 	return FaultStats{Frames: f.frames.Load(), Dropped: f.dropped.Load(), Duplicated: f.duplicated.Load(),
-		Reordered: f.reordered.Load(), Corrupted: f.corrupted.Load(), Delayed: f.delayed.Load(),
+		Reordered: f.reordered.Load(), Corrupted: f.corrupted.Load(), MarkedCE: f.markedCE.Load(), Delayed: f.delayed.Load(),
 		Unharmed: f.unharmed.Load()}
 }
 
@@ -161,8 +166,42 @@ func (f *FaultLink) corrupt(b []byte) {
 	b[i] ^= 1 << f.rng.IntN(8)
 }
 
+// markCE sets ECN CE in b's IP header if b is an ECN-capable IP frame.
+func (f *FaultLink) markCE(b []byte) {
+	l3, ether := 14, uint16(0)
+	if len(b) >= 14 {
+		ether = uint16(b[12])<<8 | uint16(b[13])
+	}
+	if ether == 0x8100 && len(b) >= 18 {
+		l3, ether = 18, uint16(b[16])<<8|uint16(b[17])
+	}
+	switch {
+	case ether == 0x0800 && len(b) >= l3+20 && b[l3]>>4 == 4:
+		if b[l3+1]&3 == 0 {
+			return
+		}
+		old := uint16(b[l3])<<8 | uint16(b[l3+1])
+		b[l3+1] |= 3
+		// RFC 1624: HC' = ~(~HC + ~m + m').
+		sum := uint32(^(uint16(b[l3+10])<<8 | uint16(b[l3+11]))) + uint32(^old) + (uint32(b[l3])<<8 | uint32(b[l3+1]))
+		for sum>>16 != 0 {
+			sum = sum&0xffff + sum>>16
+		}
+		c := ^uint16(sum)
+		b[l3+10], b[l3+11] = byte(c>>8), byte(c)
+	case ether == 0x86dd && len(b) >= l3+40 && b[l3]>>4 == 6:
+		if b[l3+1]&0x30 == 0 {
+			return
+		}
+		b[l3+1] |= 0x30
+	default:
+		return
+	}
+	f.markedCE.Add(1)
+}
+
 // verdict draws the faults of one frame.
-type verdict struct{ drop, dup, reorder, corrupt bool }
+type verdict struct{ drop, dup, reorder, corrupt, ce bool }
 
 func (f *FaultLink) draw() verdict {
 	c := &f.cfg
@@ -176,6 +215,7 @@ func (f *FaultLink) draw() verdict {
 	v.corrupt = c.Corrupt > 0 && f.rng.Float64() < c.Corrupt
 	v.dup = c.Dup > 0 && f.rng.Float64() < c.Dup
 	v.reorder = c.Reorder > 0 && f.rng.Float64() < c.Reorder
+	v.ce = c.MarkCE > 0 && f.rng.Float64() < c.MarkCE
 	return v
 }
 
@@ -211,6 +251,9 @@ func (f *FaultLink) Receive(frames [][]byte) int {
 		v := f.draw()
 		if v.drop {
 			continue
+		}
+		if v.ce {
+			f.markCE(fr)
 		}
 		if v.corrupt || f.cfg.Delay > 0 || v.reorder {
 			h := f.get(fr)
@@ -296,6 +339,9 @@ func (f *FaultLink) Transmit(frames [][]byte) int {
 		v := f.draw()
 		if v.drop {
 			continue
+		}
+		if v.ce {
+			f.markCE(fr)
 		}
 		var h *heldFrame
 		if v.corrupt || f.cfg.Delay > 0 || v.reorder {

@@ -307,6 +307,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		InfiniteRetry7: init.InfiniteRetry7,
 		PortMTU:        d.attr.ActiveMTU,
 		SendWindow:     d.cfg.SendWindow,
+		CNP:            d.cfg.Marking.cnp(),
 	}
 	if caps.SendWindow > 0 {
 		caps.SendWindow *= d.attr.ActiveMTU.Bytes() // packets of the port's MTU

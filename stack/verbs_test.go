@@ -332,7 +332,8 @@ func TestAH(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ah.av.Path
-	if p.DstMAC != macB || p.SrcMAC != macA || p.SrcIP != ipA || p.DstIP != ipB || p.TrafficClass != 2 {
+	// Traffic class 2 names no DSCP: the default 26 with ECT(0).
+	if p.DstMAC != macB || p.SrcMAC != macA || p.SrcIP != ipA || p.DstIP != ipB || p.TrafficClass != 26<<2|2 {
 		t.Errorf("path %+v", p)
 	}
 	if ah.Attr().DMAC != macB {

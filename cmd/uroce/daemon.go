@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -50,6 +51,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	spin := fs.Duration("poll-spin", daemon.DefaultSpin, "how long idle rings and queues are polled before the daemon sleeps")
+	var cong app.CongestionFlags
+	cong.Register(fs)
 	var lim daemon.Limits = daemon.DefaultLimits
 	fs.IntVar(&lim.QPs, "max-qps", lim.QPs, "QPs per client")
 	fs.IntVar(&lim.CQs, "max-cqs", lim.CQs, "CQs per client")
@@ -57,6 +60,11 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Int64Var(&lim.MRBytes, "max-mr-bytes", lim.MRBytes, "registered bytes per client")
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code
+	}
+	mark, err := cong.Marking()
+	if err != nil {
+		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
+		return 2
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -84,7 +92,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer unlock()
 
 	dev, err := stack.Open(ctx, stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
-		IdleSpin: *spin})
+		IdleSpin: *spin, Marking: mark})
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 1

@@ -25,7 +25,10 @@ type DeviceFlags struct {
 	// Fault injection on the links (uroce's own; the stock tools have
 	// none): probabilities per frame.
 	Drop, RxDrop, Dup, Reorder float64
-	Seed                       uint64
+	// CE and RxCE mark ECN-capable frames congestion experienced, as a
+	// congested switch would, on the way out and in.
+	CE, RxCE float64
+	Seed     uint64
 	// Stats prints the device's counters when the tool ends.
 	Stats bool
 	// SendWindow bounds the request packets an RC QP keeps
@@ -41,6 +44,8 @@ type DeviceFlags struct {
 	// device (default uroce0), and Daemon is the socket (or "true" for
 	// the device's default socket).
 	Daemon daemonFlag
+	// Congestion is the device's ECN and DSCP marking.
+	Congestion CongestionFlags
 
 	links  []stack.Link       // as opened on the interface
 	faults []*stack.FaultLink // the fault-injecting wrappers
@@ -58,11 +63,14 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.RxDrop, "rx-drop", 0, "drop this fraction of the frames uroce receives (fault injection)")
 	fs.Float64Var(&f.Dup, "dup", 0, "duplicate this fraction of the frames uroce transmits (fault injection)")
 	fs.Float64Var(&f.Reorder, "reorder", 0, "reorder this fraction of the frames uroce transmits (fault injection)")
+	fs.Float64Var(&f.CE, "ce", 0, "mark this fraction of the ECN-capable frames uroce transmits CE, as a congested switch does")
+	fs.Float64Var(&f.RxCE, "rx-ce", 0, "mark this fraction of the ECN-capable frames uroce receives CE")
 	fs.Uint64Var(&f.Seed, "fault-seed", 1, "seed of the fault injection")
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
 	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
 	fs.Var(&f.Daemon, "daemon", "run on the uroce daemon's device (--daemon=SOCKET for another socket); -d names the device")
+	f.Congestion.Register(fs)
 }
 
 // daemonFlag is --daemon or --daemon=SOCKET.
@@ -94,6 +102,7 @@ var deviceHelp = [][2]string{
 	{"--xdp-mode=MODE", "auto, native or generic"},
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
 	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
+	{"--ce=P, --rx-ce=P", "mark ECN-capable frames sent/received congestion experienced, as a congested switch does"},
 	{"--stats", "print the device and AF_XDP counters at the end"},
 	{"--daemon[=SOCKET]", "run on the uroce daemon's device, no root needed (-d names the device, default uroce0)"},
 	{"--send-window=N", "request packets an RC QP may have unacknowledged (default 128, 0: the stack's, -1: none)"},
@@ -104,7 +113,7 @@ var deviceHelp = [][2]string{
 // (on a line of its own when the flag is too long).
 func Usage(col int) string {
 	var b strings.Builder
-	for _, h := range deviceHelp {
+	for _, h := range append(deviceHelp[:len(deviceHelp):len(deviceHelp)], congestionHelp...) {
 		line := "  " + h[0]
 		if len(line)+1 > col {
 			line += "\n"
@@ -129,7 +138,7 @@ var ErrNoInterface = errors.New("no network interface given: name it with -d IFA
 
 // Faulty reports whether any fault injection was asked for.
 func (f *DeviceFlags) Faulty() bool {
-	return f.Drop > 0 || f.RxDrop > 0 || f.Dup > 0 || f.Reorder > 0
+	return f.Drop > 0 || f.RxDrop > 0 || f.Dup > 0 || f.Reorder > 0 || f.CE > 0 || f.RxCE > 0
 }
 
 // Open opens the device, an in-process stack on the interface, and
@@ -137,20 +146,25 @@ func (f *DeviceFlags) Faulty() bool {
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if sock := f.Socket(); sock != "" {
-		if f.Faulty() || f.BusyPoll || f.XDPMode != "" {
-			return nil, errors.New("fault injection, --busy-poll and --xdp-mode are the daemon's: give them to uroce daemon")
+		if f.Faulty() || f.BusyPoll || f.XDPMode != "" || f.Congestion.Changed() {
+			return nil, errors.New("fault injection, --busy-poll, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
 		}
 		return openDaemon(ctx, sock)
 	}
 	if f.Interface == "" {
 		return nil, ErrNoInterface
 	}
-	for _, p := range []float64{f.Drop, f.RxDrop, f.Dup, f.Reorder} {
+	for _, p := range []float64{f.Drop, f.RxDrop, f.Dup, f.Reorder, f.CE, f.RxCE} {
 		if p < 0 || p > 1 {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll}
+	mark, err := f.Congestion.Marking()
+	if err != nil {
+		return nil, err
+	}
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
+		Marking: mark}
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
 		f.links = append(f.links, l)
 		if f.Faulty() {
@@ -159,11 +173,11 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 				f.faults = append(f.faults, fl)
 				l = fl
 			}
-			if f.RxDrop > 0 {
-				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32 + 1, Drop: f.RxDrop, Dir: stack.FaultReceive})
+			if f.RxDrop > 0 || f.RxCE > 0 {
+				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32 + 1, Drop: f.RxDrop, MarkCE: f.RxCE, Dir: stack.FaultReceive})
 			}
-			if f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 {
-				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32, Drop: f.Drop, Dup: f.Dup, Reorder: f.Reorder})
+			if f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 || f.CE > 0 {
+				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32, Drop: f.Drop, Dup: f.Dup, Reorder: f.Reorder, MarkCE: f.CE})
 			}
 		}
 		return l
@@ -181,8 +195,8 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 func (f *DeviceFlags) Report(w io.Writer, prog string, d verbs.Device) {
 	for _, fl := range f.faults {
 		st := fl.Stats()
-		fmt.Fprintf(w, "%s: fault injection: %d frames, %d dropped, %d duplicated, %d reordered\n",
-			prog, st.Frames, st.Dropped, st.Duplicated, st.Reordered)
+		fmt.Fprintf(w, "%s: fault injection: %d frames, %d dropped, %d duplicated, %d reordered, %d marked CE\n",
+			prog, st.Frames, st.Dropped, st.Duplicated, st.Reordered, st.MarkedCE)
 	}
 	if !f.Stats || d == nil {
 		return

@@ -1,0 +1,143 @@
+package qp
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
+)
+
+// ceWrite is a WRITE from the peer whose IP header says congestion
+// experienced (ecn 3) or not.
+func ceWrite(t *testing.T, psn bth.PSN, ecn uint8, rkey uint32) *bth.Packet {
+	h := hdr(bth.OpWriteOnly, psn)
+	h.TrafficClass = 26<<2 | ecn
+	h.VA, h.RKey, h.DMALen, h.BTH.AckReq = 0x1000, rkey, 8, true
+	return craft(t, h, make([]byte, 8))
+}
+
+// TestCNPForCEMarkedPackets: a CE-marked request gets a CNP to the
+// sending QP (BECN, PSN 0, UDP source port 0, the configured traffic
+// class), at most one per interval; packets marked ECT only are
+// executed as any other and get none.
+func TestCNPForCEMarkedPackets(t *testing.T) {
+	n := single(t, Caps{CNP: CNPConfig{TrafficClass: DefaultCNPTrafficClass}}, defaultConn())
+	_, k := n.buf(64, 0x1000, 0)
+	now := Time(time.Second)
+	deliver(now, n.qp, []*bth.Packet{ceWrite(t, 0, 2, k), ceWrite(t, 1, 3, k), ceWrite(t, 2, 3, k)})
+	var cnps []*bth.Packet
+	acks := 0
+	for _, p := range n.out.take() {
+		switch p.Opcode() {
+		case bth.OpCNP:
+			cnps = append(cnps, p)
+		case bth.OpAck:
+			acks++
+		}
+	}
+	if len(cnps) != 1 {
+		t.Fatalf("%d CNPs for two CE-marked packets at once, want 1", len(cnps))
+	}
+	c := cnps[0]
+	b := c.BTH()
+	if !b.BECN() || b.FECN() || b.DestQP() != peerQPN || b.PSN() != 0 || b.AckReq() || b.PKey() != 0xffff ||
+		c.SrcPort() != 0 || c.TrafficClass() != DefaultCNPTrafficClass || c.PayloadN != 0 ||
+		c.SrcIP() != addrA || c.DstIP() != addrB {
+		t.Errorf("CNP %+v sport %d tc %#x %v > %v", b.Fields(), c.SrcPort(), c.TrafficClass(), c.SrcIP(), c.DstIP())
+	}
+	if acks == 0 || n.qp.ctr.NPECNMarked != 2 || n.qp.ctr.NPCNPSent != 1 {
+		t.Errorf("acks %d, marked %d, cnps sent %d; want acks, 2, 1", acks, n.qp.ctr.NPECNMarked, n.qp.ctr.NPCNPSent)
+	}
+	// After the interval, the next marked packet gets its own.
+	deliver(now+DefaultCNPInterval, n.qp, []*bth.Packet{ceWrite(t, 3, 3, k)})
+	if got := countOp(n.out.take(), bth.OpCNP); got != 1 || n.qp.ctr.NPCNPSent != 2 {
+		t.Errorf("after the interval: %d CNPs (%d sent in all), want 1 (2)", got, n.qp.ctr.NPCNPSent)
+	}
+	// Off: counted, not answered.
+	m := single(t, Caps{CNP: CNPConfig{Off: true}}, defaultConn())
+	_, mk := m.buf(64, 0x1000, 0)
+	deliver(now, m.qp, []*bth.Packet{ceWrite(t, 0, 3, mk)})
+	if got := countOp(m.out.take(), bth.OpCNP); got != 0 || m.qp.ctr.NPECNMarked != 1 {
+		t.Errorf("with CNPs off: %d CNPs, %d marked", got, m.qp.ctr.NPECNMarked)
+	}
+}
+
+// TestCNPForUD: a CE-marked datagram gets a CNP to its source QP, at
+// the address it came from.
+func TestCNPForUD(t *testing.T) {
+	n := single(t, Caps{Type: UD, CNP: CNPConfig{TrafficClass: DefaultCNPTrafficClass}}, defaultConn())
+	_, key := n.buf(256, 0x2000, 0)
+	n.recv(t, 1, 0x2000, 256, key)
+	h := hdr(bth.OpUDSendOnly, 5)
+	h.QKey, h.SrcQP = 0x11111111, 0x4321
+	h.TrafficClass = 3
+	deliver(0, n.qp, []*bth.Packet{craft(t, h, make([]byte, 16))})
+	ps := n.out.take()
+	if len(ps) != 1 || ps[0].Opcode() != bth.OpCNP {
+		t.Fatalf("%d packets, want one CNP", len(ps))
+	}
+	c := ps[0]
+	if c.BTH().DestQP() != 0x4321 || c.SrcIP() != addrA || c.DstIP() != addrB ||
+		[6]byte(c.Frame[0:6]) != h.SrcMAC || [6]byte(c.Frame[6:12]) != h.DstMAC {
+		t.Errorf("CNP to qp %#x, %v > %v, macs % x", c.BTH().DestQP(), c.SrcIP(), c.DstIP(), c.Frame[:12])
+	}
+	if len(n.sink.recv) != 1 || n.sink.recv[0].Status != WCSuccess {
+		t.Errorf("the datagram was not received: %+v", n.sink.recv)
+	}
+}
+
+func countOp(ps []*bth.Packet, op bth.Opcode) int {
+	k := 0
+	for _, p := range ps {
+		if p.Opcode() == op {
+			k++
+		}
+	}
+	return k
+}
+
+// TestCNPMatchesConnectX builds the CNP a QP sends with the addresses,
+// QPN and IP ID of the one a ConnectX sent in the reference capture, and
+// compares the frames byte for byte (ICRC and IP checksum included).
+func TestCNPMatchesConnectX(t *testing.T) {
+	path := filepath.Join("..", "..", "shared", "pcaps", "public", "scapy_roce_uts__hw_hex_vectors.pcap")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("reference capture %s absent", path)
+	}
+	var want []byte
+	var cx bth.Packet
+	for _, fr := range pcaptest.ReadFrames(t, path) {
+		if bth.Parse(fr, &cx) == nil && cx.Opcode() == bth.OpCNP {
+			want = fr[:cx.End]
+			break
+		}
+	}
+	if want == nil {
+		t.Fatal("no CNP in the ConnectX capture")
+	}
+	f := cx.Frame
+	src, dst := cx.DstIP(), cx.SrcIP() // the QP that answers is the CNP's source
+	n := newNode(t, Caps{Type: RC, QPN: 0x200, CNP: CNPConfig{TrafficClass: DefaultCNPTrafficClass}})
+	o := defaultConn()
+	connect(t, n.qp, dst, src, cx.BTH().DestQP(), o)
+	n.qp.path.SrcMAC, n.qp.path.DstMAC = [6]byte(f[6:12]), [6]byte(f[0:6])
+	n.qp.path.SrcIP, n.qp.path.DstIP = cx.SrcIP(), cx.DstIP()
+	n.qp.ipid = uint16(f[cx.L3+4])<<8 | uint16(f[cx.L3+5]) - 1
+	// A CE-marked request from the peer, as the engine would deliver it.
+	h := &bth.Headers{L2L3: bth.L2L3{SrcMAC: [6]byte(f[0:6]), DstMAC: [6]byte(f[6:12]), SrcIP: cx.DstIP(),
+		DstIP: cx.SrcIP(), TrafficClass: 3}, BTH: bth.BTHFields{Opcode: bth.OpSendOnly, PKey: 0xffff, DestQP: 0x200}}
+	n.qp.Receive(0, craft(t, h, nil))
+	for _, p := range n.out.take() {
+		if p.Opcode() == bth.OpCNP {
+			if !bytes.Equal(p.Frame[:p.End], want) {
+				t.Fatalf("CNP differs from ConnectX's:\n got % x\nwant % x", p.Frame[:p.End], want)
+			}
+			return
+		}
+	}
+	t.Fatal("no CNP sent")
+}

@@ -1,0 +1,186 @@
+package stack
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/bth"
+)
+
+func TestMarkingTrafficClass(t *testing.T) {
+	for _, c := range []struct {
+		m    Marking
+		tc   uint8
+		want uint8
+	}{
+		{Marking{}, 0, 26<<2 | 2},                        // the defaults: DSCP 26, ECT(0)
+		{Marking{}, 3, 26<<2 | 2},                        // the path's ECN bits give way to ECT(0)
+		{Marking{}, 46 << 2, 46<<2 | 2},                  // the path's DSCP is kept
+		{Marking{DSCP: 10}, 0, 10<<2 | 2},                // the device's DSCP
+		{Marking{DSCP: -1}, 0, 2},                        // DSCP 0
+		{Marking{ECN: ECT1}, 0, 26<<2 | 1},               // ECT(1)
+		{Marking{ECN: ECNAsPath}, 0, 26 << 2},            // not ECN-capable
+		{Marking{ECN: ECNAsPath, DSCP: -1}, 1, 1},        // exactly as the path says
+		{Marking{ECN: ECNAsPath}, 48<<2 | 3, 48<<2 | 3},  // CE on purpose (tests)
+		{Marking{DSCP: 63, ECN: ECT1}, 8 << 2, 8<<2 | 1}, // the path's DSCP, ECT(1)
+	} {
+		if got := c.m.trafficClass(c.tc); got != c.want {
+			t.Errorf("%+v: traffic class %#x gives %#x, want %#x", c.m, c.tc, got, c.want)
+		}
+	}
+}
+
+func TestMarkingConfig(t *testing.T) {
+	for _, s := range []string{"ect0", "ect1", "off"} {
+		e, err := ParseECN(s)
+		if err != nil || e.String() != s {
+			t.Errorf("ParseECN(%q) = %v, %v", s, e, err)
+		}
+	}
+	if _, err := ParseECN("ce"); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("ParseECN(ce): %v", err)
+	}
+	for _, m := range []Marking{{DSCP: 64}, {ECN: 3}, {ECN: -1}} {
+		if err := m.check(); !errors.Is(err, ErrInvalidArg) {
+			t.Errorf("%+v: %v, want ErrInvalidArg", m, err)
+		}
+	}
+	a, _ := NewPipe(PipeConfig{})
+	if _, err := Open(t.Context(), Config{Link: a, MAC: macA, Manual: true, Marking: Marking{DSCP: 70}}); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("open with dscp 70: %v", err)
+	}
+}
+
+// tosLink records the traffic class of each RoCE frame received, by
+// opcode, and whether IPv4 header checksums verify.
+type tosLink struct {
+	Link
+	pkt   bth.Packet
+	tos   map[bth.Opcode]map[uint8]int
+	badIP int
+}
+
+func (l *tosLink) Receive(frames [][]byte) int {
+	n := l.Link.Receive(frames)
+	for _, f := range frames[:n] {
+		if bth.Parse(f, &l.pkt) != nil {
+			continue
+		}
+		op := l.pkt.Opcode()
+		if l.tos[op] == nil {
+			l.tos[op] = map[uint8]int{}
+		}
+		l.tos[op][l.pkt.TrafficClass()]++
+		if !l.pkt.IPv4ChecksumOK() {
+			l.badIP++
+		}
+	}
+	return n
+}
+
+// TestCongestionNotification: A's WRITEs leave with DSCP 26 and ECT(0);
+// a switch marks them CE on the way to B (a FaultLink with MarkCE); B
+// counts them and sends A CNPs (DSCP 48, ECT(0)), which A's QP counts;
+// the data arrives intact. B's ACKs, unmarked, get no CNP.
+func TestCongestionNotification(t *testing.T) {
+	clock := NewFakeClock(time.Second)
+	pa, pb := NewPipe(PipeConfig{MTU: 4200, Slots: 512})
+	ra := &tosLink{Link: pa, tos: map[bth.Opcode]map[uint8]int{}}
+	rb := &tosLink{Link: WithFaults(pb, FaultConfig{Seed: 1, MarkCE: 0.5, Dir: FaultReceive, Clock: clock}),
+		tos: map[bth.Opcode]map[uint8]int{}}
+	s := &simPair{clock: clock}
+	s.a = openManual(t, ra, macA, []netip.Addr{ipA, ip6A}, clock)
+	s.b = openManual(t, rb, macB, []netip.Addr{ipB, ip6B}, clock)
+	A, B := newSide(t, s.a, 1<<20, 256), newSide(t, s.b, 1<<20, 256)
+	qa, qb := A.qp(t, RC), B.qp(t, RC)
+	connect(t, qa, qb, 1, 100, 200, AccessRemoteWrite)
+	fill(A.buf, 7)
+	const n = 64
+	for i := 0; i < n; i++ {
+		wr := &SendWR{ID: uint64(i), Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(uint64(i)*16384, 16384)},
+			Remote: RemoteAddr{Addr: B.mr.Addr() + uint64(i)*16384, RKey: B.mr.RKey()}}
+		if err := qa.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wcs []WC
+	buf := make([]WC, 16)
+	s.run(t, func() bool {
+		k := A.cq.Poll(buf)
+		wcs = append(wcs, buf[:k]...)
+		return len(wcs) == n
+	})
+	for _, wc := range wcs {
+		if wc.Status != WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	if !bytes.Equal(A.buf[:n*16384], B.buf[:n*16384]) {
+		t.Fatal("the data differs")
+	}
+	ca, cb := qa.Counters(), qb.Counters()
+	marked := rb.Link.(*FaultLink).Stats().MarkedCE
+	if marked == 0 || cb.NPECNMarked != marked || cb.NPCNPSent == 0 || cb.NPCNPSent > marked {
+		t.Errorf("B: %d frames marked CE, %d counted, %d CNPs sent", marked, cb.NPECNMarked, cb.NPCNPSent)
+	}
+	if ca.CNPRcvd != cb.NPCNPSent || ca.NPCNPSent != 0 {
+		t.Errorf("A: %d CNPs received of %d sent, %d sent itself", ca.CNPRcvd, cb.NPCNPSent, ca.NPCNPSent)
+	}
+	// At B, WRITEs came ECT(0) or CE-marked, all with DSCP 26.
+	for tc, k := range rb.tos[bth.OpWriteMiddle] {
+		if tc != 26<<2|2 && tc != 26<<2|3 {
+			t.Errorf("%d WRITE packets with traffic class %#x", k, tc)
+		}
+	}
+	if got := ra.tos[bth.OpCNP]; len(got) != 1 || got[48<<2|2] != int(cb.NPCNPSent) {
+		t.Errorf("CNPs at A by traffic class: %v", got)
+	}
+	if got := ra.tos[bth.OpAck]; len(got) != 1 || got[26<<2|2] == 0 {
+		t.Errorf("ACKs at A by traffic class: %v", got)
+	}
+	if ra.badIP+rb.badIP != 0 {
+		t.Errorf("%d frames with a bad IPv4 header checksum", ra.badIP+rb.badIP)
+	}
+}
+
+// TestMarkCE: the fault link marks ECN-capable IPv4 and IPv6 frames CE,
+// tagged or not, keeping the IPv4 header checksum right and the ICRC
+// (which masks the traffic class) valid; Not-ECT frames are left alone.
+func TestMarkCE(t *testing.T) {
+	pa, _ := NewPipe(PipeConfig{})
+	fl := WithFaults(pa, FaultConfig{MarkCE: 1})
+	for _, c := range []struct {
+		src, dst netip.Addr
+		vlan     bool
+		tc, want uint8
+	}{
+		{ipA, ipB, false, 26<<2 | 2, 26<<2 | 3},
+		{ipA, ipB, true, 26<<2 | 1, 26<<2 | 3},
+		{ipA, ipB, false, 26 << 2, 26 << 2}, // Not-ECT: not marked
+		{ip6A, ip6B, false, 46<<2 | 2, 46<<2 | 3},
+		{ip6A, ip6B, true, 0, 0},
+	} {
+		h := &bth.Headers{L2L3: bth.L2L3{SrcMAC: macA, DstMAC: macB, SrcIP: c.src, DstIP: c.dst, TrafficClass: c.tc,
+			HasVLAN: c.vlan, VLANTCI: 3<<13 | 100}, BTH: bth.BTHFields{Opcode: bth.OpSendOnly, PKey: 0xffff, DestQP: 0x11}}
+		buf := make([]byte, h.FrameLen(32))
+		n, err := bth.Encode(buf, h, make([]byte, 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl.markCE(buf[:n])
+		var p bth.Packet
+		if err := bth.Parse(buf[:n], &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.TrafficClass() != c.want || !p.IPv4ChecksumOK() || !p.ICRCOK() {
+			t.Errorf("%v vlan %v tc %#x: now %#x, ip checksum ok %v, icrc ok %v", c.src, c.vlan, c.tc,
+				p.TrafficClass(), p.IPv4ChecksumOK(), p.ICRCOK())
+		}
+	}
+	if got := fl.Stats().MarkedCE; got != 3 {
+		t.Errorf("%d frames counted marked, want 3", got)
+	}
+}
