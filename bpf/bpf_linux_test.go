@@ -113,6 +113,15 @@ func TestVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// MAC Control frames are neither counted nor dropped.
+	for _, f := range macControlFrames() {
+		if a := run(t, p, f); a != Pass {
+			t.Errorf("MAC control frame, no socket, drop every 1: %v, want XDP_PASS", a)
+		}
+	}
+	if st, err = p.Stats(); err != nil {
+		t.Fatal(err)
+	}
 	if want := (Stats{RoCE: uint64(2 * roce), Dropped: uint64(roce)}); st != want {
 		t.Errorf("Stats = %+v, want %+v", st, want)
 	}

@@ -14,6 +14,11 @@
 // page (jumbo frames arrive in several buffers; the program only reads the
 // headers, which are in the first).
 //
+// MAC Control frames (EtherType 0x8808: 802.3x PAUSE and 802.1Qbb PFC),
+// tagged or not, go to the socket too, so that the stack honours a pause
+// on links that deliver them to software (veth); NICs consume them in
+// hardware.
+//
 // Attach uses BPF links (link.AttachXDP): the program is detached when the
 // Program is closed or the process exits, and attaching fails, rather than
 // replacing anything, when another XDP program is already on the interface.

@@ -156,3 +156,13 @@ func isRoCE(f []byte) bool {
 	}
 	return len(f) >= udp+8 && binary.BigEndian.Uint16(f[udp+2:]) == RoCEv2Port
 }
+
+// macControlFrames are a PFC frame and a tagged PAUSE frame, which the
+// program hands to the socket (not counted as RoCE).
+func macControlFrames() [][]byte {
+	pfc := []byte{0x01, 0x80, 0xc2, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x88, 0x08, 0x01, 0x01, 0, 0x08,
+		0, 0, 0, 0, 0, 0, 0xff, 0xff}
+	pause := []byte{0x01, 0x80, 0xc2, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02, 0x81, 0x00, 0x60, 0x2a, 0x88, 0x08,
+		0x00, 0x01, 0xff, 0xff}
+	return [][]byte{append(pfc, make([]byte, 60-len(pfc))...), append(pause, make([]byte, 64-len(pause))...)}
+}

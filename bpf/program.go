@@ -123,6 +123,7 @@ const xdpHasFrags = 1 << 5
 //	eth = data; if (eth + 14 > end) pass
 //	type = eth->h_proto; l3 = eth + 14
 //	if (type == 0x8100) { if (eth + 18 > end) pass; type = vlan->encap; l3 = eth + 18 }
+//	if (type == 0x8808) return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS) // PAUSE, PFC
 //	if (type == 0x0800) {
 //		if (l3 + 20 > end || ip->protocol != 17 || ip->frag_off & 0x3fff || ip->version != 4) pass
 //		if (ip->ihl < 5) pass; udp = l3 + ip->ihl*4; if (udp + 8 > end) pass
@@ -157,7 +158,10 @@ func instructions() asm.Instructions {
 		asm.LoadMem(asm.R4, asm.R2, 16, asm.Half),
 		be16(asm.R4),
 
-		asm.JEq.Imm(asm.R4, 0x0800, "ipv4").WithSymbol("l3"),
+		// MAC Control (PAUSE, PFC): to the socket, for the stack to
+		// honour; not counted as RoCE, never dropped by the fault knob.
+		asm.JEq.Imm(asm.R4, 0x8808, "redirect").WithSymbol("l3"),
+		asm.JEq.Imm(asm.R4, 0x0800, "ipv4"),
 		asm.JNE.Imm(asm.R4, 0x86dd, "pass"),
 
 		// IPv6: fixed 40-byte header, UDP directly behind it.

@@ -48,6 +48,12 @@ func TestRedirectVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("socket on queue 0", Redirect)
+	// PAUSE and PFC frames go to the socket as RoCE does.
+	for _, f := range macControlFrames() {
+		if a := run(t, p, f); a != Redirect {
+			t.Errorf("MAC control frame % x: %v, want XDP_REDIRECT", f[:16], a)
+		}
+	}
 
 	if err := p.SetDropEvery(2); err != nil {
 		t.Fatal(err)

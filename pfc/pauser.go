@@ -204,11 +204,14 @@ func (p *Pauser) clock(now Time) Time {
 
 func micros(d Time) uint64 { return uint64(d / time.Microsecond) }
 
+// counterNamesInit are the names of the counters that are not per priority.
+var counterNamesInit = [...]string{"rx_mac_control_phy", "rx_pause_ctrl_phy", "rx_unsupported_op_phy",
+	"rx_mac_control_ignored", "rx_global_pause", "rx_global_pause_duration", "rx_global_pause_transition"}
+
 // counterNames are the ethtool names of the counters, in the order Each
 // gives them.
 var counterNames = func() []string {
-	names := []string{"rx_mac_control_phy", "rx_pause_ctrl_phy", "rx_unsupported_op_phy", "rx_mac_control_ignored",
-		"rx_global_pause", "rx_global_pause_duration", "rx_global_pause_transition"}
+	names := append([]string(nil), counterNamesInit[:]...)
 	for n := range Priorities {
 		p := "rx_prio" + strconv.Itoa(n) + "_pause"
 		names = append(names, p, p+"_duration", p+"_transition")
@@ -216,19 +219,50 @@ var counterNames = func() []string {
 	return names
 }()
 
+// fields returns the counters in the order of counterNames.
+func (c *Counters) fields() [len(counterNamesInit) + 3*Priorities]*uint64 {
+	var f [len(counterNamesInit) + 3*Priorities]*uint64
+	copy(f[:], []*uint64{&c.MACControl, &c.PauseCtrl, &c.UnsupportedOp, &c.Ignored,
+		&c.GlobalPause, &c.GlobalPauseDuration, &c.GlobalPauseTransition})
+	i := len(counterNamesInit)
+	for n := range Priorities {
+		f[i], f[i+1], f[i+2] = &c.PrioPause[n], &c.PrioPauseDuration[n], &c.PrioPauseTransition[n]
+		i += 3
+	}
+	return f
+}
+
 // Each calls f with the name (as ethtool gives it for mlx5: rx_pause_ctrl_phy,
 // rx_prio3_pause_duration, ...) and value of every counter.
 func (c *Counters) Each(f func(name string, v uint64)) {
-	vals := [...]uint64{c.MACControl, c.PauseCtrl, c.UnsupportedOp, c.Ignored,
-		c.GlobalPause, c.GlobalPauseDuration, c.GlobalPauseTransition}
-	for i, v := range vals {
-		f(counterNames[i], v)
+	for i, p := range c.fields() {
+		f(counterNames[i], *p)
 	}
-	i := len(vals)
+}
+
+// Set sets the counter Each calls name, and reports whether there is one.
+func (c *Counters) Set(name string, v uint64) bool {
+	for i, p := range c.fields() {
+		if counterNames[i] == name {
+			*p = v
+			return true
+		}
+	}
+	return false
+}
+
+// Add adds o's counts to c (the counters of several links).
+func (c *Counters) Add(o *Counters) {
+	c.MACControl += o.MACControl
+	c.PauseCtrl += o.PauseCtrl
+	c.UnsupportedOp += o.UnsupportedOp
+	c.Ignored += o.Ignored
+	c.GlobalPause += o.GlobalPause
+	c.GlobalPauseDuration += o.GlobalPauseDuration
+	c.GlobalPauseTransition += o.GlobalPauseTransition
 	for n := range Priorities {
-		f(counterNames[i], c.PrioPause[n])
-		f(counterNames[i+1], c.PrioPauseDuration[n])
-		f(counterNames[i+2], c.PrioPauseTransition[n])
-		i += 3
+		c.PrioPause[n] += o.PrioPause[n]
+		c.PrioPauseDuration[n] += o.PrioPauseDuration[n]
+		c.PrioPauseTransition[n] += o.PrioPauseTransition[n]
 	}
 }

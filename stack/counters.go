@@ -1,6 +1,9 @@
 package stack
 
-import "github.com/uroce/uroce/qp"
+import (
+	"github.com/uroce/uroce/pfc"
+	"github.com/uroce/uroce/qp"
+)
 
 // Counters are a device's counters: what its engines saw on the links
 // and the sum of the protocol counters of its QPs (destroyed ones
@@ -22,7 +25,10 @@ type Counters struct {
 	AckCoalesced   uint64 // ack_coalesced: ACKs merged into a later one before sending
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
 	BackingErr     uint64 // backing_err: failed reads and writes of backed regions (the process gone, its memory unmapped)
-	QP             qp.Counters
+	// Pause counts the link partner's PAUSE and PFC frames and the time
+	// they held transmission (rx_prio3_pause, ..., as ethtool names them).
+	Pause pfc.Counters
+	QP    qp.Counters
 }
 
 // Counters returns the device's counters.
@@ -47,6 +53,7 @@ func (d *Device) Counters() Counters {
 	}
 	c.CQOverrun = d.cqOverrun.Load()
 	c.BackingErr += d.backingErr.Load()
+	c.Pause = d.PauseCounters()
 	d.retiredMu.Lock()
 	c.QP = d.retired
 	d.retiredMu.Unlock()
@@ -67,6 +74,7 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 	for _, fl := range deviceCounterFields {
 		f(fl.name, *fl.get(c))
 	}
+	c.Pause.Each(f)
 	EachQPCounter(&c.QP, func(name string, v uint64) {
 		if name != "sent_pkts" && name != "rcvd_pkts" {
 			f(name, v)
@@ -86,6 +94,9 @@ func (c *Counters) Set(name string, v uint64) bool {
 	}
 	if name == "sent_pkts" || name == "rcvd_pkts" {
 		return false
+	}
+	if c.Pause.Set(name, v) {
+		return true
 	}
 	for _, fl := range qpCounterFields {
 		if fl.name == name {

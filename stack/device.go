@@ -87,6 +87,10 @@ type Config struct {
 	// Marking is what the IP headers of RoCE packets carry for the
 	// network's congestion control and priorities: DSCP and ECN.
 	Marking Marking
+	// LinkSpeed is the link's bit rate, which PAUSE and PFC quanta (512
+	// bit times each) are timed at: 0 takes the interface's reported
+	// speed, or DefaultLinkSpeed.
+	LinkSpeed uint64
 
 	// Name is the device name reported by Query (default "uroce0").
 	Name string
@@ -174,6 +178,7 @@ type Device struct {
 	clock   Clock
 	engines []*engine
 	closer  io.Closer
+	linkBps uint64 // the bit rate pause quanta are timed at (pause.go)
 
 	mrs    mrTable
 	qps    qpTable
@@ -248,7 +253,7 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 	}
 	lim := defaultLimits
 	mergeLimits(&lim, cfg.Limits)
-	d := &Device{cfg: cfg, mac: cfg.MAC, clock: cfg.Clock, closer: closer}
+	d := &Device{cfg: cfg, mac: cfg.MAC, clock: cfg.Clock, closer: closer, linkBps: linkSpeed(&cfg)}
 	d.mrs.max = lim.MaxMR
 	d.qps.init(lim.MaxQP)
 	if err := d.buildGIDs(cfg.Addrs); err != nil {

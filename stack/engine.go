@@ -8,6 +8,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/spin"
+	"github.com/uroce/uroce/pfc"
 )
 
 // engine runs one link queue and the QPs assigned to it. Everything but
@@ -55,6 +56,11 @@ type engine struct {
 	owed     pendingWrite // the write-back of bounce owed, if any
 	c        engineCounters
 	pub      engineCountersAtomic
+	now      Time         // the time of the step under way
+	pause    pfc.Pauser   // the link partner's PAUSE and PFC (pause.go)
+	pausing  bool         // a pause may be in force
+	pauseMu  sync.Mutex   // guards pauseCtr
+	pauseCtr pfc.Counters // pause's counters, for Device.PauseCounters
 }
 
 // engineCounters are the device counters one engine keeps.
@@ -192,15 +198,19 @@ func (e *engine) shutdown(running bool) {
 // timeout returns how long the engine may sleep.
 func (e *engine) timeout() time.Duration {
 	t, ok := e.nextDeadline()
-	if len(e.active) > 0 && !e.txFull {
-		return time.Millisecond // a QP said it was busy but sent nothing
-	}
+	busy := len(e.active) > 0 && !e.txFull // a QP said it was busy but sent nothing (or is paused)
 	if !ok {
+		if busy {
+			return time.Millisecond
+		}
 		return -1
 	}
 	d := t - e.clock.Now()
 	if d < 0 {
 		d = 0
+	}
+	if busy {
+		d = min(d, time.Millisecond)
 	}
 	return d
 }
@@ -214,12 +224,19 @@ func (e *engine) nextDeadline() (Time, bool) {
 	if d, k := dueOf(e.link); k && (!ok || d < t) {
 		t, ok = d, true
 	}
+	if e.pausing {
+		if d, k := e.pause.Deadline(); k && (!ok || d < t) {
+			t, ok = d, true
+		}
+	}
 	return t, ok
 }
 
 // step runs one batch and reports whether anything happened.
 func (e *engine) step() bool {
 	now := e.clock.Now()
+	e.now = now
+	e.settlePause(now)
 	work := false
 	sent0 := e.c.sentPkts
 
@@ -305,6 +322,11 @@ func (e *engine) step() bool {
 				// Out of buffers: the rest stay for the next step.
 				k += copy(e.active[k:], e.active[i:])
 				break
+			}
+			if e.paused(q) {
+				e.active[k] = q // its priority is paused: it waits
+				k++
+				continue
 			}
 			e.acquire(q)
 			if !q.destroyed {
@@ -398,7 +420,9 @@ func (e *engine) input(f []byte, now Time) {
 	if err := bth.Parse(f, p); err != nil {
 		switch {
 		case err == bth.ErrNotRoCE:
-			e.c.rcvNotRoCE++
+			if !e.macControl(f, now) {
+				e.c.rcvNotRoCE++
+			}
 		case p.Info != nil && p.End <= len(f) && p.End >= p.BTHOff+bth.BTHLen+bth.ICRCLen && !p.ICRCOK():
 			e.c.rcvICRCErr++
 		default:
@@ -494,6 +518,9 @@ func (d *Device) ours(p *bth.Packet) bool {
 // the earlier one did (IBTA 9.7.5.1.1 lets a responder coalesce ACKs),
 // and a batch of small requests then costs one ACK, not one per request.
 func (e *engine) send(q *QP, h *bth.Headers, payload []byte) bool {
+	if e.paused(q) {
+		return false // sent again when the pause ends
+	}
 	ack := h.BTH.Opcode == bth.OpAck && h.Syndrome.Kind() == bth.AckKindACK
 	if ack && q.txGen == e.txGen && q.txAck {
 		slot := q.txSlot

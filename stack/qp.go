@@ -236,6 +236,7 @@ type QP struct {
 	ah        AHAttr     // last address vector set
 	peer      netip.Addr // connected peer's address, checked on receive
 	local     netip.Addr // our address on the path
+	prio      uint8      // the priority PAUSE/PFC hold its traffic by (pause.go); engine's
 	out       qpOutput
 	sink      qpSink
 	mem       qpMemory
@@ -282,7 +283,8 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	case init.MaxInline < 0 || init.MaxInline > lim.MaxInline:
 		return nil, fmt.Errorf("create qp: max_inline %d, max %d: %w", init.MaxInline, lim.MaxInline, ErrInvalidArg)
 	}
-	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1}
+	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1,
+		prio: priority(&bth.L2L3{TrafficClass: d.cfg.Marking.trafficClass(0)})}
 	q.out.q = q
 	q.sink.q = q
 	q.mem.q = q
@@ -461,6 +463,7 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		q.ah = attr.AH
 		q.ah.DMAC = path.av.Path.DstMAC
 		q.peer, q.local = path.dst, path.src
+		q.prio = priority(&path.av.Path)
 	}
 	q.unlock()
 	if err != nil {
