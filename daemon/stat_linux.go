@@ -38,9 +38,13 @@ func (s *Server) Stats(qpn uint32) proto.Stat {
 			if qpn != 0 && x.QPN != qpn {
 				continue
 			}
-			st.QPs = append(st.QPs, proto.QPStat{QPN: x.QPN, Session: ss.id, PID: ss.pid, Type: x.Type.String(),
+			qs := proto.QPStat{QPN: x.QPN, Session: ss.id, PID: ss.pid, Type: x.Type.String(),
 				State: x.State.String(), SQPSN: uint32(x.SQPSN), RQPSN: uint32(x.RQPSN), DestQPN: x.DestQPN,
-				Counters: qpCounters(&x.Counters)})
+				Counters: qpCounters(&x.Counters)}
+			if x.RateLimited {
+				qs.Rate = x.Rate
+			}
+			st.QPs = append(st.QPs, qs)
 		}
 	}
 	sort.Slice(st.Sessions, func(i, j int) bool { return st.Sessions[i].ID < st.Sessions[j].ID })

@@ -114,6 +114,12 @@ func (p *Pacer) Allow(now Time, bytes int) bool {
 	if now < t || now == t && f != 0 {
 		return false
 	}
+	p.take(now, bytes)
+	return true
+}
+
+// take takes bytes from the bucket at now.
+func (p *Pacer) take(now Time, bytes int) {
 	// The bucket holds at most the burst: empty ≥ now − tau.
 	s, sf := now-Time(p.tau>>fracBits), uint64(0)
 	if tf := p.tau & fracMask; tf != 0 {
@@ -123,7 +129,6 @@ func (p *Pacer) Allow(now Time, bytes int) bool {
 		p.empty, p.frac = s, sf
 	}
 	p.empty, p.frac = p.at(p.cost(uint64(max(bytes, 0))))
-	return true
 }
 
 // Next returns the earliest time, not before now, at which Allow would
@@ -138,4 +143,16 @@ func (p *Pacer) Next(now Time, bytes int) Time {
 		t = addTime(t, 1)
 	}
 	return max(t, now)
+}
+
+// Take takes a packet of the given size that was sent at now, whether or
+// not the bucket held it: the bucket goes into debt, and Next(now, 0)
+// tells when it is out of it. A sender that only knows a packet's size
+// once it is built waits for Next(now, 0) and takes the packet after:
+// it keeps the rate, and exceeds the burst by at most one packet.
+func (p *Pacer) Take(now Time, bytes int) {
+	if p.rate == 0 {
+		return
+	}
+	p.take(now, bytes)
 }

@@ -185,3 +185,47 @@ func TestPacerZeroRate(t *testing.T) {
 		t.Error("refused after SetRate")
 	}
 }
+
+// A sender that waits for Next(now, 0) and takes each packet after
+// sending it (Take) keeps the rate, and exceeds the burst by at most one
+// packet.
+func TestPacerTake(t *testing.T) {
+	for _, tc := range []struct {
+		rate  uint64
+		sizes []int
+	}{
+		{1_000_000_000, []int{64, 1500, 4154}},
+		{10_000_000_000, []int{4154}},
+		{g100, []int{100, 9000}},
+	} {
+		var p Pacer
+		p.Init(tc.rate, 0)
+		var sent uint64
+		now, i := Time(0), 0
+		for {
+			now = p.Next(now, 0)
+			if now >= time.Second {
+				break
+			}
+			n := tc.sizes[i%len(tc.sizes)]
+			i++
+			p.Take(now, n)
+			sent += uint64(n)
+		}
+		want := float64(tc.rate)/8 + DefaultBurst
+		if got := float64(sent); got < want*0.99 || got > want+9000 {
+			t.Errorf("%d bit/s: %d bytes in 1 s, want %.0f", tc.rate, sent, want)
+		}
+	}
+	// From a full bucket, at once: the burst and one packet more.
+	var p Pacer
+	p.Init(1_000_000, 0)
+	n := 0
+	for p.Next(0, 0) == 0 {
+		p.Take(0, 1000)
+		n += 1000
+	}
+	if n < DefaultBurst || n > DefaultBurst+1000 {
+		t.Errorf("%d bytes at once, burst %d", n, DefaultBurst)
+	}
+}

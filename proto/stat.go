@@ -30,13 +30,16 @@ type SessionStat struct {
 // QPStat is one QP, as `rdma resource show qp` shows it, with its
 // counters.
 type QPStat struct {
-	QPN      uint32            `json:"qpn"`
-	Session  uint32            `json:"session"`
-	PID      int32             `json:"pid"`
-	Type     string            `json:"type"`
-	State    string            `json:"state"`
-	SQPSN    uint32            `json:"sq_psn"`
-	RQPSN    uint32            `json:"rq_psn"`
-	DestQPN  uint32            `json:"dest_qpn"`
+	QPN     uint32 `json:"qpn"`
+	Session uint32 `json:"session"`
+	PID     int32  `json:"pid"`
+	Type    string `json:"type"`
+	State   string `json:"state"`
+	SQPSN   uint32 `json:"sq_psn"`
+	RQPSN   uint32 `json:"rq_psn"`
+	DestQPN uint32 `json:"dest_qpn"`
+	// Rate is the QP's DCQCN rate (bit/s) while a CNP holds it below
+	// the line rate; 0 when it is not limited.
+	Rate     uint64            `json:"rate,omitempty"`
 	Counters map[string]uint64 `json:"counters"`
 }

@@ -133,6 +133,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/dcqcn"
 )
 
 // Type is the transport service of a QP.
@@ -295,6 +296,12 @@ type Caps struct {
 	SendWindow int
 	// CNP is how the QP answers CE-marked packets (congestion.go).
 	CNP CNPConfig
+	// DCQCN, when set, makes the QP react to CNPs with DCQCN's rate
+	// control and pace its requests (congestion.go); nil ignores them
+	// (they are counted). LineRate is the rate it starts and recovers
+	// to, in bit/s (0: DefaultLineRate).
+	DCQCN    *dcqcn.Params
+	LineRate uint64
 }
 
 // DefaultSendWindow is where the adaptive send window of an RC QP whose
@@ -554,6 +561,8 @@ type Counters struct {
 	CNPRcvd             uint64 // np_cnp_sent on the peer: CNPs received here
 	NPECNMarked         uint64 // np_ecn_marked_roce_packets: CE-marked packets received
 	NPCNPSent           uint64 // np_cnp_sent: CNPs sent in answer
+	RPCNPHandled        uint64 // rp_cnp_handled: CNPs that cut the rate
+	RPCNPIgnored        uint64 // rp_cnp_ignored: CNPs within the rate cut's monitor period
 	DroppedPkts         uint64 // dropped for any other reason
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/dcqcn"
 )
 
 // Congestion notification (RoCEv2's annex A17.9, DCQCN's notification
@@ -11,7 +12,11 @@ import (
 // was experienced (ECN CE, set by a switch on an ECN-capable packet)
 // answers with a CNP, BTH opcode 0x81 with the BECN bit, to the QP that
 // sent it, at most one per CNPConfig.MinInterval. The sender's reaction
-// point slows down.
+// point slows down: with Caps.DCQCN set, a CNP cuts the QP's rate
+// (package dcqcn), and until the rate has recovered to the line rate
+// the QP's request packets (new and resent; not READ responses or
+// ACKs) are paced at it. A paced QP is not Busy while it waits; its
+// Deadline says when it may send again.
 
 // CNPConfig is how a QP notifies congestion.
 type CNPConfig struct {
@@ -94,3 +99,110 @@ const ecnCE = 3
 
 // wireTransports is each QP type's transport in the BTH opcode.
 var wireTransports = [...]bth.Transport{RC: bth.TransportRC, UC: bth.TransportUC, UD: bth.TransportUD}
+
+// ccState is the reaction point's state (Caps.DCQCN).
+type ccState struct {
+	on    bool // Caps.DCQCN is set
+	init  bool // rp and pacer were set up (on the first CNP)
+	rp    dcqcn.RP
+	pacer dcqcn.Pacer
+	hold  bool // the pacer holds the requests back ...
+	until Time // ... until then
+}
+
+// DefaultLineRate is the reaction point's line rate when Caps gives none.
+const DefaultLineRate = 100_000_000_000
+
+// cnpReceived acts on a CNP for this QP.
+func (q *QP) cnpReceived(now Time) {
+	q.ctr.CNPRcvd++
+	c := &q.cc
+	if !c.on {
+		return
+	}
+	if !c.init {
+		c.rp.Init(q.caps.DCQCN, q.caps.LineRate, now)
+		c.pacer.Init(q.caps.LineRate, 0)
+		c.init = true
+	}
+	c.rp.Advance(now)
+	if c.rp.OnCNP(now) {
+		q.ctr.RPCNPHandled++
+	} else {
+		q.ctr.RPCNPIgnored++
+	}
+	c.pacer.SetRate(c.rp.Rate())
+}
+
+// paceReady reports whether the pacer lets a request packet go now; when
+// it does not, the QP holds its requests until the time it names.
+func (q *QP) paceReady(now Time) bool {
+	c := &q.cc
+	if !c.init || !c.rp.Limited() {
+		return true
+	}
+	c.rp.Advance(now)
+	if !c.rp.Limited() {
+		return true
+	}
+	c.pacer.SetRate(c.rp.Rate())
+	if t := c.pacer.Next(now, 0); t > now {
+		c.hold, c.until = true, t
+		return false
+	}
+	c.hold = false
+	return true
+}
+
+// paced takes a request packet of n bytes on the wire from the pacer,
+// and counts it toward the reaction point's byte counter.
+func (q *QP) paced(now Time, n int) {
+	c := &q.cc
+	if !c.init || !c.rp.Limited() {
+		return
+	}
+	c.pacer.Take(now, n)
+	c.rp.OnSent(now, n)
+}
+
+// ccTick runs the reaction point's timers and ends a hold that is over.
+func (q *QP) ccTick(now Time) {
+	c := &q.cc
+	if !c.init {
+		return
+	}
+	if c.rp.Limited() {
+		c.rp.Advance(now)
+		c.pacer.SetRate(c.rp.Rate())
+	}
+	if c.hold && (now >= c.until || !c.rp.Limited()) {
+		c.hold = false
+	}
+}
+
+// ccDeadline returns the reaction point's next timer: the end of a hold,
+// or its rate increase.
+func (q *QP) ccDeadline() (Time, bool) {
+	c := &q.cc
+	if !c.init || !c.rp.Limited() {
+		return 0, false
+	}
+	d, ok := c.rp.Deadline()
+	if c.hold && (!ok || c.until < d) {
+		d, ok = c.until, true
+	}
+	return d, ok
+}
+
+// Rate returns the QP's DCQCN rate in bit/s and whether it is limited
+// (below the line rate, paced); 0, false without a reaction point.
+func (q *QP) Rate() (uint64, bool) {
+	if !q.cc.init {
+		return 0, false
+	}
+	return q.cc.rp.Rate(), q.cc.rp.Limited()
+}
+
+// wireOverhead is what a request packet carries besides its payload, for
+// the pacer: Ethernet, IPv4, UDP, BTH, ICRC and FCS.
+const wireOverhead = 14 + 20 + 8 + bth.BTHLen + bth.ICRCLen + 4

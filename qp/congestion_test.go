@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/dcqcn"
 	"github.com/uroce/uroce/internal/pcaptool/pcaptest"
 )
 
@@ -140,4 +141,103 @@ func TestCNPMatchesConnectX(t *testing.T) {
 		}
 	}
 	t.Fatal("no CNP sent")
+}
+
+// cnpPkt is a CNP from the peer to the QP under test.
+func cnpPkt(t *testing.T) *bth.Packet {
+	h := hdr(bth.OpCNP, 0)
+	h.BTH.BECN = true
+	return craft(t, h, nil)
+}
+
+// ucSender is a UC QP at 10 Gbit/s with DCQCN p, with n 4 KiB WRITEs
+// posted: UC has no ACKs and no send window, so only the pacer holds it.
+func ucSender(t *testing.T, p *dcqcn.Params, n int) *node {
+	nd := single(t, Caps{Type: UC, DCQCN: p, LineRate: 10_000_000_000, MaxSendWR: n}, defaultConn())
+	_, key := nd.buf(4096, 0x1000, 1)
+	for i := 0; i < n; i++ {
+		nd.post(t, SendWR{ID: uint64(i), Opcode: WRWrite, SG: []SGE{{Addr: 0x1000, Length: 4096, LKey: key}},
+			RemoteAddr: 0x9000, RKey: 0x55})
+	}
+	return nd
+}
+
+// sentBytes pumps q every µs from now to end and returns the request
+// bytes on the wire, as the pacer counts them.
+func sentBytes(q *QP, out *recOut, now, end Time) (int, Time) {
+	sent := 0
+	for ; now < end; now += Time(time.Microsecond) {
+		q.Tick(now)
+		q.Pump(now)
+		for _, f := range out.frames {
+			var p bth.Packet
+			if bth.Parse(f, &p) == nil && p.Info.Request {
+				sent += p.PayloadN + wireOverhead
+			}
+		}
+		out.frames = nil
+	}
+	return sent, now
+}
+
+// TestDCQCNPaces: a CNP cuts the QP's rate (rp_cnp_handled), a second
+// one within the monitor period does not (rp_cnp_ignored), and the QP's
+// requests then leave at the cut rate: held (not Busy, a Deadline) while
+// the pacer has nothing for them. With the increase timer and byte
+// counter off the rate stays, and a millisecond carries what the rate
+// allows, plus the burst.
+func TestDCQCNPaces(t *testing.T) {
+	p := dcqcn.Defaults()
+	p.TimeReset, p.ByteReset = 1_000_000, 0 // no increase within the test
+	n := ucSender(t, &p, 1000)
+	q := n.qp
+	now := Time(time.Second)
+	deliver(now, q, []*bth.Packet{cnpPkt(t), cnpPkt(t)})
+	rate, limited := q.Rate()
+	if !limited || rate >= 10_000_000_000 || rate < 5_000_000_000 || q.ctr.RPCNPHandled != 1 || q.ctr.RPCNPIgnored != 1 {
+		t.Fatalf("after two CNPs: rate %d limited %v, handled %d ignored %d", rate, limited, q.ctr.RPCNPHandled, q.ctr.RPCNPIgnored)
+	}
+	sent, _ := sentBytes(q, n.out, now, now+Time(time.Millisecond))
+	want := float64(rate)/8*1e-3 + dcqcn.DefaultBurst
+	if got := float64(sent); got < want*0.98 || got > want+4200 {
+		t.Errorf("%d bytes in 1 ms at %d bit/s, want %.0f", sent, rate, want)
+	}
+	if q.Busy() {
+		t.Error("a held QP is Busy")
+	}
+	if d, ok := q.Deadline(); !ok || d <= now+Time(time.Millisecond)-Time(time.Microsecond) {
+		t.Errorf("held QP: deadline %v %v", d, ok)
+	}
+}
+
+// TestDCQCNRecovers: with the default parameters a QP cut by one CNP
+// gets back to the line rate by timer and byte counter, and is no longer
+// paced; without DCQCN a CNP is counted and changes nothing.
+func TestDCQCNRecovers(t *testing.T) {
+	n := ucSender(t, nil, 2000)
+	now := Time(time.Second)
+	deliver(now, n.qp, []*bth.Packet{cnpPkt(t)})
+	if _, limited := n.qp.Rate(); limited || n.qp.ctr.CNPRcvd != 1 || n.qp.ctr.RPCNPHandled != 0 {
+		t.Fatalf("without DCQCN: limited %v, %d CNPs, %d handled", limited, n.qp.ctr.CNPRcvd, n.qp.ctr.RPCNPHandled)
+	}
+
+	p := dcqcn.Defaults()
+	n = ucSender(t, &p, 2000)
+	q := n.qp
+	deliver(now, q, []*bth.Packet{cnpPkt(t)})
+	if _, limited := q.Rate(); !limited {
+		t.Fatal("not limited after a CNP")
+	}
+	sent, end := 0, now
+	for i := 0; i < 100; i++ {
+		var k int
+		k, end = sentBytes(q, n.out, end, end+Time(100*time.Microsecond))
+		sent += k
+		if _, limited := q.Rate(); !limited {
+			break
+		}
+	}
+	if rate, limited := q.Rate(); limited {
+		t.Fatalf("still limited at %d bit/s %v after the CNP, %d bytes sent", rate, end-now, sent)
+	}
 }

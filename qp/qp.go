@@ -26,7 +26,8 @@ type QP struct {
 	path  bth.L2L3 // RC/UC path with the UDP source port resolved
 	hdr   bth.Headers
 	ipid  uint16
-	np    npState // congestion notification (congestion.go)
+	np    npState // congestion notification (congestion.go) ...
+	cc    ccState // ... and reaction
 	wc    WC
 	// scratch gathers a packet's payload spanning several SGEs. It is
 	// allocated on first use.
@@ -128,8 +129,16 @@ func New(caps Caps, env Env) (*QP, error) {
 	if caps.PKey == 0 {
 		caps.PKey = 0xffff
 	}
+	if caps.LineRate == 0 {
+		caps.LineRate = DefaultLineRate
+	}
+	if caps.DCQCN != nil {
+		if err := caps.DCQCN.ValidateFor(caps.LineRate); err != nil {
+			return nil, fmt.Errorf("create qp: dcqcn: %w", err)
+		}
+	}
 	q := &QP{caps: caps, typ: caps.Type, qpn: caps.QPN, mem: env.Mem, out: env.Out, sink: env.Sink,
-		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash}
+		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash, cc: ccState{on: caps.DCQCN != nil}}
 	if q.ctr == nil {
 		q.ctr = new(Counters)
 	}
@@ -195,6 +204,7 @@ func (q *QP) reset() {
 	q.gentle, q.gentleProbe, q.peerKeeps, q.gentleOff, q.gentleMiss = false, false, 0, 0, 0
 	q.rtt, q.minRTT, q.rttOn = rttEst{}, 0, false
 	q.stopProbe()
+	q.cc = ccState{on: q.cc.on}
 	q.ePSN = 0
 	q.resetResponder()
 }
@@ -339,7 +349,7 @@ func (q *QP) Receive(now Time, p *bth.Packet) {
 	}
 	op := p.Opcode()
 	if op == bth.OpCNP {
-		q.ctr.CNPRcvd++
+		q.cnpReceived(now)
 		return
 	}
 	if q.state == StateReset || q.state == StateInit || q.state == StateErr {
@@ -394,10 +404,13 @@ func (q *QP) Pump(now Time) {
 		}
 		q.rnrWait = false
 	}
+	if !q.paceReady(now) {
+		return
+	}
 	if q.probeWant && !q.sendProbe(now) {
 		return
 	}
-	for q.sendOne(now) {
+	for q.sendOne(now) && q.paceReady(now) {
 	}
 }
 
@@ -415,6 +428,7 @@ func (q *QP) Tick(now Time) {
 		q.probeArmed = false
 		q.probeWant = q.compPSN != q.sentHigh
 	}
+	q.ccTick(now)
 }
 
 // Deadline returns the earliest armed timer, false if none.
@@ -430,6 +444,9 @@ func (q *QP) Deadline() (Time, bool) {
 	if q.probeArmed && (!ok || q.probeDue < d) {
 		d, ok = q.probeDue, true
 	}
+	if c, k := q.ccDeadline(); k && (!ok || c < d) {
+		d, ok = c, true
+	}
 	return d, ok
 }
 
@@ -440,7 +457,7 @@ func (q *QP) Busy() bool {
 	if q.resp.pending() {
 		return true
 	}
-	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait {
+	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait || q.cc.hold {
 		return false
 	}
 	if q.probeWant || q.rd.asks > 0 {

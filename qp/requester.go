@@ -460,6 +460,7 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		return false, last
 	}
 	q.ctr.SentPkts++
+	q.paced(now, len(payload)+wireOverhead)
 	if q.typ == RC {
 		q.forceAck = false
 		if h.BTH.AckReq {

@@ -165,6 +165,8 @@ var qpCounterFields = []struct {
 	{"cnp_rcvd", func(c *qp.Counters) *uint64 { return &c.CNPRcvd }},
 	{"np_ecn_marked_roce_packets", func(c *qp.Counters) *uint64 { return &c.NPECNMarked }},
 	{"np_cnp_sent", func(c *qp.Counters) *uint64 { return &c.NPCNPSent }},
+	{"rp_cnp_handled", func(c *qp.Counters) *uint64 { return &c.RPCNPHandled }},
+	{"rp_cnp_ignored", func(c *qp.Counters) *uint64 { return &c.RPCNPIgnored }},
 	{"dropped_pkts", func(c *qp.Counters) *uint64 { return &c.DroppedPkts }},
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/uroce/uroce/dcqcn"
 	"github.com/uroce/uroce/qp"
 )
 
@@ -87,6 +88,11 @@ type Config struct {
 	// Marking is what the IP headers of RoCE packets carry for the
 	// network's congestion control and priorities: DSCP and ECN.
 	Marking Marking
+	// DCQCN are the parameters of the congestion control the device's
+	// QPs run (package dcqcn): nil takes ConnectX's defaults. NoDCQCN
+	// turns the reaction point off: CNPs are counted and ignored.
+	DCQCN   *dcqcn.Params
+	NoDCQCN bool
 	// LinkSpeed is the link's bit rate, which PAUSE and PFC quanta (512
 	// bit times each) are timed at: 0 takes the interface's reported
 	// speed, or DefaultLinkSpeed.
@@ -251,9 +257,19 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 	if err := cfg.Marking.check(); err != nil {
 		return fail(fmt.Errorf("open: %w", err))
 	}
+	if cfg.DCQCN == nil {
+		p := dcqcn.Defaults()
+		cfg.DCQCN = &p
+	} else {
+		p := *cfg.DCQCN // the device's own copy: QPs share it
+		cfg.DCQCN = &p
+	}
 	lim := defaultLimits
 	mergeLimits(&lim, cfg.Limits)
 	d := &Device{cfg: cfg, mac: cfg.MAC, clock: cfg.Clock, closer: closer, linkBps: linkSpeed(&cfg)}
+	if err := cfg.DCQCN.ValidateFor(d.linkBps); err != nil {
+		return fail(fmt.Errorf("open: dcqcn: %w", err))
+	}
 	d.mrs.max = lim.MaxMR
 	d.qps.init(lim.MaxQP)
 	if err := d.buildGIDs(cfg.Addrs); err != nil {

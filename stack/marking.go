@@ -2,7 +2,9 @@ package stack
 
 import (
 	"fmt"
+	"time"
 
+	"github.com/uroce/uroce/dcqcn"
 	"github.com/uroce/uroce/qp"
 )
 
@@ -19,12 +21,10 @@ type Marking struct {
 	DSCP int
 	// ECN is what the two ECN bits carry.
 	ECN ECN
-	// CNPDSCP is the code point of the congestion notifications the
-	// device sends for CE-marked packets it receives: 0 takes 48, as
-	// RNICs send them (cnp_dscp); a negative value 0. Their ECN bits
-	// follow ECN.
-	CNPDSCP int
-	// NoCNP sends none (CE-marked packets are still counted).
+	// NoCNP sends no congestion notifications for CE-marked packets
+	// (they are still counted). Their DSCP and spacing are DCQCN
+	// parameters (Config.DCQCN: cnp_dscp, min_time_between_cnps); their
+	// ECN bits follow ECN.
 	NoCNP bool
 }
 
@@ -68,9 +68,6 @@ func (m *Marking) check() error {
 	if m.DSCP > 63 {
 		return fmt.Errorf("dscp %d: want 0 to 63: %w", m.DSCP, ErrInvalidArg)
 	}
-	if m.CNPDSCP > 63 {
-		return fmt.Errorf("cnp dscp %d: want 0 to 63: %w", m.CNPDSCP, ErrInvalidArg)
-	}
 	if m.ECN < 0 || int(m.ECN) >= len(ecnNames) {
 		return fmt.Errorf("ecn %d: %w", int(m.ECN), ErrInvalidArg)
 	}
@@ -103,14 +100,8 @@ func (m *Marking) ecn(tc uint8) uint8 {
 	return tc
 }
 
-// DefaultCNPDSCP is the DSCP of the CNPs a device sends.
-const DefaultCNPDSCP = 48
-
 // cnp is the notification point's configuration of the device's QPs.
-func (m *Marking) cnp() qp.CNPConfig {
-	dscp := uint8(DefaultCNPDSCP)
-	if m.CNPDSCP != 0 {
-		dscp = uint8(max(m.CNPDSCP, 0))
-	}
-	return qp.CNPConfig{Off: m.NoCNP, TrafficClass: m.ecn(dscp << 2)}
+func (m *Marking) cnp(p *dcqcn.Params) qp.CNPConfig {
+	return qp.CNPConfig{Off: m.NoCNP, TrafficClass: m.ecn(p.CNPDSCP << 2),
+		MinInterval: time.Duration(p.MinTimeBetweenCNPs) * time.Microsecond}
 }

@@ -309,7 +309,11 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		InfiniteRetry7: init.InfiniteRetry7,
 		PortMTU:        d.attr.ActiveMTU,
 		SendWindow:     d.cfg.SendWindow,
-		CNP:            d.cfg.Marking.cnp(),
+		CNP:            d.cfg.Marking.cnp(d.cfg.DCQCN),
+		LineRate:       d.linkBps,
+	}
+	if !d.cfg.NoDCQCN {
+		caps.DCQCN = d.cfg.DCQCN
 	}
 	if caps.SendWindow > 0 {
 		caps.SendWindow *= d.attr.ActiveMTU.Bytes() // packets of the port's MTU
@@ -776,7 +780,11 @@ type QPStatus struct {
 	SQPSN    PSN // the PSN of the next new request
 	RQPSN    PSN // the PSN expected next
 	DestQPN  uint32
-	Counters qp.Counters
+	// Rate is the QP's DCQCN rate in bit/s while a CNP has it below the
+	// line rate (RateLimited), paced.
+	Rate        uint64
+	RateLimited bool
+	Counters    qp.Counters
 }
 
 // Status returns the QP's state, current PSNs and counters.
@@ -785,5 +793,6 @@ func (q *QP) Status() QPStatus {
 	defer q.mu.Unlock()
 	s := QPStatus{QPN: q.qpn, Type: q.init.Type, State: q.q.State(), DestQPN: q.q.Query().DestQPN, Counters: q.ctr}
 	s.SQPSN, s.RQPSN = q.q.PSNs()
+	s.Rate, s.RateLimited = q.q.Rate()
 	return s
 }

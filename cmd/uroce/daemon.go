@@ -61,8 +61,9 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
-	mark, err := cong.Marking()
-	if err != nil {
+	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
+		IdleSpin: *spin}
+	if err := cong.Apply(&devCfg); err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 2
 	}
@@ -91,8 +92,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer unlock()
 
-	dev, err := stack.Open(ctx, stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
-		IdleSpin: *spin, Marking: mark})
+	dev, err := stack.Open(ctx, devCfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 1

@@ -107,8 +107,12 @@ func writeStat(w io.Writer, st *proto.Stat, qpCounters bool) {
 		fmt.Fprintf(bw, " mr-bytes %d\n", s.MRBytes)
 	}
 	for _, q := range st.QPs {
-		fmt.Fprintf(bw, "qpn %d type %s state %s sq-psn %d rq-psn %d dest-qpn %d pid %d comm %s\n",
-			q.QPN, q.Type, q.State, q.SQPSN, q.RQPSN, q.DestQPN, q.PID, comm[q.Session])
+		rate := ""
+		if q.Rate > 0 {
+			rate = fmt.Sprintf(" rate %.3fGbit/s", float64(q.Rate)/1e9) // DCQCN holds it back
+		}
+		fmt.Fprintf(bw, "qpn %d type %s state %s sq-psn %d rq-psn %d dest-qpn %d%s pid %d comm %s\n",
+			q.QPN, q.Type, q.State, q.SQPSN, q.RQPSN, q.DestQPN, rate, q.PID, comm[q.Session])
 		if qpCounters {
 			writeCounters(bw, "    ", q.Counters)
 		}

@@ -2,61 +2,89 @@ package app
 
 import (
 	"flag"
+	"strings"
 
+	"github.com/uroce/uroce/dcqcn"
 	"github.com/uroce/uroce/stack"
 )
 
-// CongestionFlags are the flags of a device's marking for the network's
-// congestion control (stack.Config.Marking): --dscp, --ecn, --cnp-dscp
-// and --no-cnp. The daemon and the tools that open a device share them.
-// The zero value, unregistered, gives the stack's defaults.
+// CongestionFlags are the flags of a device's congestion control: its
+// marking (stack.Config.Marking: --dscp, --ecn, --no-cnp), --no-dcqcn,
+// and every DCQCN parameter under its mlx5 name with dashes
+// (--rpg-time-reset, --min-time-between-cnps, --cnp-dscp, ...). The
+// daemon and the tools that open a device share them. The zero value,
+// unregistered, gives the stack's defaults.
 type CongestionFlags struct {
 	DSCP    int
 	ECN     string
-	CNPDSCP int
 	NoCNP   bool
+	NoDCQCN bool
+	DCQCN   dcqcn.Params
 
-	registered bool
+	registered, changed bool
 }
 
 // Register adds the flags to fs.
 func (c *CongestionFlags) Register(fs *flag.FlagSet) {
 	c.registered = true
+	c.DCQCN = dcqcn.Defaults()
 	fs.IntVar(&c.DSCP, "dscp", stack.DefaultDSCP, "DSCP of RoCE packets whose address handle or QP names none (-1: 0)")
 	fs.StringVar(&c.ECN, "ecn", "ect0", "ECN bits of RoCE packets: ect0, ect1, or off (as the traffic class gives them)")
-	fs.IntVar(&c.CNPDSCP, "cnp-dscp", stack.DefaultCNPDSCP, "DSCP of the congestion notifications (CNPs) sent for CE-marked packets (-1: 0)")
 	fs.BoolVar(&c.NoCNP, "no-cnp", false, "send no CNPs for CE-marked packets (they are still counted)")
+	fs.BoolVar(&c.NoDCQCN, "no-dcqcn", false, "QPs ignore CNPs (no DCQCN rate control)")
+	for _, name := range dcqcn.Names() {
+		fs.Func(FlagName(name), "DCQCN: "+dcqcn.Usage(name), func(v string) error {
+			c.changed = true
+			return c.DCQCN.Set(name, v)
+		})
+	}
 }
 
-// Marking returns the marking the flags ask for.
-func (c *CongestionFlags) Marking() (stack.Marking, error) {
+// FlagName is the flag of a DCQCN parameter: its mlx5 name with dashes.
+func FlagName(param string) string { return strings.ReplaceAll(param, "_", "-") }
+
+// Apply sets cfg's marking and DCQCN parameters from the flags.
+func (c *CongestionFlags) Apply(cfg *stack.Config) error {
 	if !c.registered {
-		return stack.Marking{}, nil
+		return nil
 	}
 	e, err := stack.ParseECN(c.ECN)
 	if err != nil {
-		return stack.Marking{}, err
+		return err
 	}
-	return stack.Marking{DSCP: zeroAs(c.DSCP), ECN: e, CNPDSCP: zeroAs(c.CNPDSCP), NoCNP: c.NoCNP}, nil
+	dscp := c.DSCP
+	if dscp == 0 {
+		dscp = -1 // stack.Marking's 0 is the default
+	}
+	cfg.Marking = stack.Marking{DSCP: dscp, ECN: e, NoCNP: c.NoCNP}
+	p := c.DCQCN
+	cfg.DCQCN, cfg.NoDCQCN = &p, c.NoDCQCN
+	return nil
 }
 
 // Changed reports whether any flag asks for other than the defaults.
 func (c *CongestionFlags) Changed() bool {
-	m, err := c.Marking()
-	return err != nil || m != (stack.Marking{DSCP: stack.DefaultDSCP, CNPDSCP: stack.DefaultCNPDSCP}) && m != (stack.Marking{})
+	return c.registered && (c.changed || c.NoCNP || c.NoDCQCN || c.DSCP != stack.DefaultDSCP || c.ECN != "ect0")
 }
 
-// zeroAs maps a flag's DSCP to stack.Marking's: 0 there means the
-// default, so an explicit 0 is -1.
-func zeroAs(dscp int) int {
-	if dscp == 0 {
-		return -1
+// congestionHelp are the help lines of CongestionFlags: the DCQCN
+// parameters three to a line.
+var congestionHelp = func() [][2]string {
+	h := [][2]string{
+		{"--dscp=N, --ecn=ect0|ect1|off", "DSCP (default 26) and ECN bits (default ECT(0)) of RoCE packets"},
+		{"--no-cnp, --no-dcqcn", "send no CNPs for CE-marked packets; ignore the CNPs received"},
 	}
-	return dscp
-}
-
-// congestionHelp are the help lines of CongestionFlags.
-var congestionHelp = [][2]string{
-	{"--dscp=N, --ecn=ect0|ect1|off", "DSCP (default 26) and ECN bits (default ECT(0)) of RoCE packets"},
-	{"--cnp-dscp=N, --no-cnp", "DSCP of the CNPs sent for CE-marked packets (default 48), or none"},
-}
+	names := dcqcn.Names()
+	for i := 0; i < len(names); i += 3 {
+		var fl []string
+		for _, n := range names[i:min(i+3, len(names))] {
+			fl = append(fl, "--"+FlagName(n)+"=N")
+		}
+		desc := ""
+		if i == 0 {
+			desc = "DCQCN's parameters, by their mlx5 names (ConnectX's defaults)"
+		}
+		h = append(h, [2]string{strings.Join(fl, ", "), desc})
+	}
+	return h
+}()

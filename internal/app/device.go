@@ -115,6 +115,10 @@ func Usage(col int) string {
 	var b strings.Builder
 	for _, h := range append(deviceHelp[:len(deviceHelp):len(deviceHelp)], congestionHelp...) {
 		line := "  " + h[0]
+		if h[1] == "" {
+			b.WriteString(line + "\n")
+			continue
+		}
 		if len(line)+1 > col {
 			line += "\n"
 			line += strings.Repeat(" ", col)
@@ -159,12 +163,10 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
-	mark, err := f.Congestion.Marking()
-	if err != nil {
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll}
+	if err := f.Congestion.Apply(&cfg); err != nil {
 		return nil, err
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
-		Marking: mark}
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
 		f.links = append(f.links, l)
 		if f.Faulty() {
