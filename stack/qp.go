@@ -774,12 +774,12 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 // QPStatus is what `uroce stat` shows of a QP, as `rdma resource show
 // qp` does.
 type QPStatus struct {
-	QPN      uint32
-	Type     QPType
-	State    QPState
-	SQPSN    PSN // the PSN of the next new request
-	RQPSN    PSN // the PSN expected next
-	DestQPN  uint32
+	QPN     uint32
+	Type    QPType
+	State   QPState
+	SQPSN   PSN // the PSN of the next new request
+	RQPSN   PSN // the PSN expected next
+	DestQPN uint32
 	// Rate is the QP's DCQCN rate in bit/s while a CNP has it below the
 	// line rate (RateLimited), paced.
 	Rate        uint64
