@@ -134,6 +134,9 @@ func (q *QP) cnpReceived(now Time) {
 	c.pacer.SetRate(c.rp.Rate())
 }
 
+// limited reports whether DCQCN holds the QP below its line rate.
+func (c *ccState) limited() bool { return c.init && c.rp.Limited() }
+
 // paceReady reports whether the pacer lets a request packet go now; when
 // it does not, the QP holds its requests until the time it names.
 func (q *QP) paceReady(now Time) bool {

@@ -241,3 +241,30 @@ func TestDCQCNRecovers(t *testing.T) {
 		t.Fatalf("still limited at %d bit/s %v after the CNP, %d bytes sent", rate, end-now, sent)
 	}
 }
+
+// TestDCQCNAsksEveryPacket: a paced RC QP asks for an ACK on every
+// packet, so that its loss probe does not resend what only waits for
+// the pacer.
+func TestDCQCNAsksEveryPacket(t *testing.T) {
+	p := dcqcn.Defaults()
+	n := single(t, Caps{DCQCN: &p, LineRate: 10_000_000_000}, defaultConn())
+	_, key := n.buf(8192, 0x1000, 1)
+	now := Time(time.Second)
+	deliver(now, n.qp, []*bth.Packet{cnpPkt(t)})
+	n.post(t, SendWR{ID: 1, Opcode: WRWrite, SG: []SGE{{Addr: 0x1000, Length: 8192, LKey: key}}, RemoteAddr: 0x9000, RKey: 0x55})
+	k := 0
+	for i := 0; i < 1000 && k < 8; i++ {
+		n.qp.Pump(now)
+		for _, p := range n.out.take() {
+			if !p.BTH().AckReq() {
+				t.Fatalf("paced packet %d (%v) without the A bit", k, p.Opcode())
+			}
+			k++
+		}
+		now += Time(time.Microsecond)
+		n.qp.Tick(now)
+	}
+	if k != 8 {
+		t.Fatalf("%d packets of 8 sent", k)
+	}
+}

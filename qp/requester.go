@@ -425,7 +425,10 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			// loss shows within a quarter window), and at least every
 			// maxAckEvery packets.
 			c := q.pktCost(w, k)
-			ack = last || q.forceAck || q.noAck+1 >= maxAckEvery || (q.gentle && psn == q.retryPSN) ||
+			// A paced QP asks on every packet: its packets are spread
+			// out, and ACKs few and far between would make the loss
+			// probe resend what is only waiting for the pacer.
+			ack = last || q.forceAck || q.noAck+1 >= maxAckEvery || (q.gentle && psn == q.retryPSN) || q.cc.limited() ||
 				(q.win > 0 && (q.inFlight(w, k)+c >= q.win || q.noAckCost+c >= q.win/4))
 		}
 		h = q.headers(op, psn, ack)

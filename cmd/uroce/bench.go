@@ -5,16 +5,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/uroce/uroce/dcqcn"
+	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/bench"
+	"github.com/uroce/uroce/internal/incast"
 )
 
 func init() {
-	register(&command{name: "bench", summary: "link | lat: link-limited throughput and small-message latency on veth (root)", run: runBench})
+	register(&command{name: "bench", summary: "link | lat | incast: throughput, latency and congestion control on veth (root)", run: runBench})
 }
 
 const benchUsage = `usage: uroce bench link [flags]
        uroce bench lat [flags]
+       uroce bench incast [flags]
 
 link measures, in one run, on a veth pair between two network namespaces:
 the raw AF_XDP frame rate (frames of the given size blasted from one end to
@@ -29,7 +36,13 @@ ib_write_lat does (ping-pong, each side watching its memory), with the
 engines sleeping in poll(2) and busy-polling, next to the kernel's UDP
 and TCP ping-pongs of the same size.
 
-Both need root.
+incast runs several RC WRITE flows, each from its own namespace, into one
+receiver through a bridge whose port toward the receiver is an
+ECN-marking bottleneck (internal/incast), with DCQCN on and off, and
+prints each flow's goodput, Jain's fairness index, the bottleneck's drops
+and CE marks, the CNPs and the retransmissions.
+
+All need root.
 
 flags:
 `
@@ -37,6 +50,9 @@ flags:
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "lat" {
 		return runBenchLat(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "incast" {
+		return runBenchIncast(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "link" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -99,6 +115,65 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	rep, err := bench.Lat(ctx, o)
+	if err != nil {
+		return runFailed(stderr, fs.Name(), err)
+	}
+	if *jsonOut {
+		json.NewEncoder(stdout).Encode(rep)
+	} else {
+		rep.Write(stdout)
+	}
+	return 0
+}
+
+func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("uroce bench incast", benchUsage, stderr)
+	var o bench.IncastOptions
+	flows := fs.String("flows", "2,4,8", "flow counts to run, comma-separated")
+	bottleneck := fs.Float64("bottleneck", 2, "bottleneck rate in Gbit/s")
+	marking := fs.String("marking", "step", "the bottleneck's queue: step (CE past --mark-at), red, fq_codel or taildrop")
+	fs.IntVar(&o.Marking.Min, "mark-at", 0, "marking threshold in bytes: step's, red's min (default: a quarter of the bandwidth-delay product)")
+	fs.IntVar(&o.MTU, "mtu", 9000, "MTU of the bed")
+	fs.IntVar(&o.Size, "size", 65536, "RDMA WRITE message size in bytes")
+	fs.IntVar(&o.Window, "window", 8, "WRITEs in flight per flow")
+	fs.DurationVar(&o.Duration, "duration", 2*time.Second, "length of each measured run")
+	mode := fs.String("dcqcn", "both", "runs with DCQCN on, off or both")
+	line := fs.Float64("line-rate", 10, "the senders' line rate in Gbit/s (DCQCN recovers to it)")
+	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	params := dcqcn.Defaults()
+	for _, name := range dcqcn.Names() {
+		fs.Func(app.FlagName(name), "DCQCN: "+dcqcn.Usage(name), func(v string) error { return params.Set(name, v) })
+	}
+	jsonOut := fs.Bool("json", false, "the report as JSON")
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	for _, f := range strings.Split(*flows, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "uroce bench incast: --flows %q: want counts such as 2,4,8\n", *flows)
+			return 2
+		}
+		o.Flows = append(o.Flows, n)
+	}
+	k, err := incast.ParseKind(*marking)
+	if err != nil {
+		fmt.Fprintf(stderr, "uroce bench incast: --marking: %v\n", err)
+		return 2
+	}
+	o.Marking.Kind = k
+	switch *mode {
+	case "both":
+	case "on":
+		o.Modes = []bool{true}
+	case "off":
+		o.Modes = []bool{false}
+	default:
+		fmt.Fprintf(stderr, "uroce bench incast: --dcqcn %q: want on, off or both\n", *mode)
+		return 2
+	}
+	o.Bottleneck, o.LineRate, o.DCQCN = uint64(*bottleneck*1e9), uint64(*line*1e9), &params
+	rep, err := bench.Incast(ctx, o)
 	if err != nil {
 		return runFailed(stderr, fs.Name(), err)
 	}

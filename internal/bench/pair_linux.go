@@ -29,17 +29,9 @@ var (
 // builds its network: two namespaces joined by a veth pair of the given
 // MTU, A with addrA/24 and B with addrB/24. op prefixes the errors.
 func newPair(op string, mtu int) (*netns.Pair, error) {
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
+	if err := canRun(op); err != nil {
+		return nil, err
 	}
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, ErrNoAFXDP
-		}
-		return nil, fmt.Errorf("%s: create an AF_XDP socket: %w", op, err)
-	}
-	unix.Close(fd)
 	pair, err := netns.NewPair(netns.PairConfig{Prefix: "uroce-bench", MTU: mtu,
 		AddrA: []netip.Prefix{netip.PrefixFrom(addrA, 24)},
 		AddrB: []netip.Prefix{netip.PrefixFrom(addrB, 24)}})
@@ -47,6 +39,22 @@ func newPair(op string, mtu int) (*netns.Pair, error) {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return pair, nil
+}
+
+// canRun checks that a benchmark can run: root, AF_XDP sockets.
+func canRun(op string) error {
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EAFNOSUPPORT) {
+			return ErrNoAFXDP
+		}
+		return fmt.Errorf("%s: create an AF_XDP socket: %w", op, err)
+	}
+	unix.Close(fd)
+	return nil
 }
 
 // openIn opens a device on dev inside ns.

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/uroce/uroce/dcqcn"
+	"github.com/uroce/uroce/internal/incast"
+)
+
+// IncastOptions configure Incast.
+type IncastOptions struct {
+	// Flows are the flow counts to run, one sender namespace each
+	// (default 2, 4 and 8).
+	Flows []int
+	// Bottleneck is the rate of the receiver's bridge port (default 2
+	// Gbit/s).
+	Bottleneck uint64
+	// Marking is the bottleneck's queue (default Step: CE past a
+	// threshold, which the bed derives from the rate).
+	Marking incast.Marking
+	// MTU of the bed (default 9000: RoCE path MTU 4096).
+	MTU int
+	// Size of each RDMA WRITE (default 65536) and Window, the WRITEs
+	// each flow keeps in flight (default 8).
+	Size, Window int
+	// Duration of each measured run (default 2 s), after a fifth of it
+	// to reach a steady state.
+	Duration time.Duration
+	// Modes are DCQCN on (true) and off, in this order (default both).
+	Modes []bool
+	// LineRate is the senders' line rate, which DCQCN starts and
+	// recovers to, and PAUSE times count at (default 10 Gbit/s, what
+	// veth reports).
+	LineRate uint64
+	// DCQCN are the parameters (nil: ConnectX's defaults).
+	DCQCN *dcqcn.Params
+	// XDPMode is how the XDP program attaches: auto, native or generic.
+	XDPMode string
+}
+
+func (o *IncastOptions) defaults() error {
+	if len(o.Flows) == 0 {
+		o.Flows = []int{2, 4, 8}
+	}
+	if o.Bottleneck == 0 {
+		o.Bottleneck = 2_000_000_000
+	}
+	if o.Marking == (incast.Marking{}) {
+		o.Marking.Kind = incast.Step
+	}
+	if o.MTU == 0 {
+		o.MTU = 9000
+	}
+	if o.Size == 0 {
+		o.Size = 65536
+	}
+	if o.Window == 0 {
+		o.Window = 8
+	}
+	if o.Duration == 0 {
+		o.Duration = 2 * time.Second
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = []bool{true, false}
+	}
+	if o.LineRate == 0 {
+		o.LineRate = 10_000_000_000
+	}
+	for _, n := range o.Flows {
+		if n < 1 || n > incast.MaxSenders {
+			return fmt.Errorf("bench incast: %d flows: want 1 to %d", n, incast.MaxSenders)
+		}
+	}
+	if o.Size < 1 || o.Window < 1 || o.Duration < 10*time.Millisecond {
+		return errors.New("bench incast: size, window and duration must be positive (duration at least 10ms)")
+	}
+	return nil
+}
+
+// IncastReport is what Incast measured.
+type IncastReport struct {
+	Options IncastOptions
+	Runs    []IncastRun
+}
+
+// IncastRun is one flow count with DCQCN on or off.
+type IncastRun struct {
+	Flows int
+	DCQCN bool
+	// Report has the flows' goodput (payload bytes of completed WRITEs)
+	// and the bottleneck queue's counters over the measured time.
+	Report incast.Report
+	// Marked and CNPs are the CE-marked packets the receiver counted
+	// (np_ecn_marked_roce_packets) and the CNPs it sent (np_cnp_sent);
+	// CNPHandled the rate cuts at the senders (rp_cnp_handled).
+	Marked, CNPs, CNPHandled uint64
+	// Retransmitted packets and ACK timeouts at the senders.
+	Retransmitted, Timeouts uint64
+	// Rates are the flows' DCQCN rates at the end (0: not limited).
+	Rates []uint64
+}
+
+// Write prints the runs, each as a table.
+func (r *IncastReport) Write(w io.Writer) {
+	o := &r.Options
+	fmt.Fprintf(w, "incast: RC WRITEs of %d bytes, %d in flight per flow, line rate %s, bed MTU %d\n",
+		o.Size, o.Window, rate(float64(o.LineRate)), o.MTU)
+	for i := range r.Runs {
+		x := &r.Runs[i]
+		fmt.Fprintln(w)
+		x.Report.WriteText(w)
+		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent; senders: %d rate cuts, %d packets retransmitted, %d ACK timeouts\n",
+			x.Marked, x.CNPs, x.CNPHandled, x.Retransmitted, x.Timeouts)
+		if x.DCQCN {
+			fmt.Fprintf(w, "  DCQCN rates at the end:")
+			for _, v := range x.Rates {
+				if v == 0 {
+					fmt.Fprintf(w, " line")
+				} else {
+					fmt.Fprintf(w, " %s", rate(float64(v)))
+				}
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func rate(bps float64) string {
+	if bps >= 1e9 {
+		return fmt.Sprintf("%.3f Gbit/s", bps/1e9)
+	}
+	return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+}

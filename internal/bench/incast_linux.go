@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/uroce/uroce/internal/incast"
+	"github.com/uroce/uroce/stack"
+)
+
+// Incast runs, for each flow count and each of DCQCN on and off, that
+// many RC WRITE flows from their own sender namespaces into one receiver
+// through the bed's ECN-marking bottleneck, and reports per-flow goodput,
+// fairness, the bottleneck's drops and marks, CNPs and retransmissions.
+func Incast(ctx context.Context, o IncastOptions) (*IncastReport, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if err := canRun("bench incast"); err != nil {
+		return nil, err
+	}
+	rep := &IncastReport{Options: o}
+	for _, n := range o.Flows {
+		for _, on := range o.Modes {
+			r, err := incastRun(ctx, &o, n, on)
+			if err != nil {
+				return nil, fmt.Errorf("bench incast: %d flows, dcqcn %v: %w", n, on, err)
+			}
+			rep.Runs = append(rep.Runs, *r)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return rep, nil
+}
+
+// incastFlow is one sender's device, QP and counts.
+type incastFlow struct {
+	dev    *stack.Device
+	qp     *stack.QP
+	peer   *stack.QP
+	cq     *stack.CQ
+	wr     stack.SendWR
+	done   atomic.Uint64 // WRITEs completed
+	failed error
+}
+
+func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *IncastRun, err error) {
+	bed, err := incast.New(incast.Config{Senders: n, Bottleneck: o.Bottleneck, MTU: o.MTU, Marking: o.Marking})
+	if err != nil {
+		return nil, err
+	}
+	defer bed.Close()
+	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, Interface: incast.HostDev, LinkSpeed: o.LineRate,
+		DCQCN: o.DCQCN, NoDCQCN: !dcqcnOn}
+	rh := bed.Receiver()
+	recv, err := openIn(ctx, rh.NS, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer recv.Close()
+	pdR, err := recv.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	cqR, err := recv.CreateCQ(16)
+	if err != nil {
+		return nil, err
+	}
+	dst := make([]byte, o.Size*n)
+	mrR, err := pdR.RegisterMR(dst, stack.AccessLocalWrite|stack.AccessRemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	src := make([]byte, o.Size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	flows := make([]*incastFlow, n)
+	for i := range flows {
+		h := bed.Sender(i + 1)
+		d, err := openIn(ctx, h.NS, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		f := &incastFlow{dev: d}
+		flows[i] = f
+		pd, err := d.AllocPD()
+		if err != nil {
+			return nil, err
+		}
+		if f.cq, err = d.CreateCQ(1024); err != nil {
+			return nil, err
+		}
+		mr, err := pd.RegisterMR(src, stack.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		if f.qp, err = pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: 256, MaxRecvWR: 1}); err != nil {
+			return nil, err
+		}
+		if f.peer, err = pdR.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cqR, RecvCQ: cqR, MaxSendWR: 1, MaxRecvWR: 1}); err != nil {
+			return nil, err
+		}
+		sa, ra := h.Addr.Addr(), rh.Addr.Addr()
+		if err := connect(d, f.qp, f.peer, sa, ra); err != nil {
+			return nil, err
+		}
+		if err := connect(recv, f.peer, f.qp, ra, sa); err != nil {
+			return nil, err
+		}
+		f.wr = stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{mr.SGE(0, uint32(o.Size))},
+			Remote: stack.RemoteAddr{Addr: mrR.Addr() + uint64(i*o.Size), RKey: mrR.RKey()}}
+	}
+
+	// Every flow posts Window WRITEs and one more for each that completes,
+	// until stop; then it waits for the rest.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for _, f := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.failed = f.drive(ctx, o.Window, &stop)
+		}()
+	}
+	sleep(ctx, o.Duration/5) // to a steady state
+	q0, err := bed.QueueStats()
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		return nil, err
+	}
+	d0, ce0 := make([]uint64, n), make([]uint64, n)
+	c0 := make([]stack.Counters, n)
+	for i, f := range flows {
+		d0[i], c0[i], ce0[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters().NPECNMarked
+	}
+	r0 := recv.Counters()
+	start := time.Now()
+	sleep(ctx, o.Duration)
+	el := time.Since(start)
+	q1, qerr := bed.QueueStats()
+	run := &IncastRun{Flows: n, DCQCN: dcqcnOn}
+	run.Report = incast.Report{Title: fmt.Sprintf("%d flows, DCQCN %s", n, onOff(dcqcnOn)), Bottleneck: o.Bottleneck,
+		Marking: bed.Config().Marking.Kind, Duration: el}
+	for i, f := range flows {
+		c1 := f.dev.Counters()
+		done := f.done.Load() - d0[i]
+		run.Report.Flows = append(run.Report.Flows, incast.Flow{Name: fmt.Sprintf("s%d", i+1), Bytes: done * uint64(o.Size),
+			Packets: c1.SentPkts - c0[i].SentPkts, CE: f.peer.Counters().NPECNMarked - ce0[i]})
+		run.Retransmitted += c1.QP.RetransmittedPkts - c0[i].QP.RetransmittedPkts
+		run.Timeouts += c1.QP.LocalAckTimeoutErr - c0[i].QP.LocalAckTimeoutErr
+		run.CNPHandled += c1.QP.RPCNPHandled - c0[i].QP.RPCNPHandled
+		if st := f.qp.Status(); st.RateLimited {
+			run.Rates = append(run.Rates, st.Rate)
+		} else {
+			run.Rates = append(run.Rates, 0)
+		}
+	}
+	r1 := recv.Counters()
+	run.Marked = r1.QP.NPECNMarked - r0.QP.NPECNMarked
+	run.CNPs = r1.QP.NPCNPSent - r0.QP.NPCNPSent
+	stop.Store(true)
+	wg.Wait()
+	if qerr != nil {
+		return nil, qerr
+	}
+	run.Report.Queue = q1.Delta(q0)
+	for _, f := range flows {
+		if f.failed != nil {
+			return nil, f.failed
+		}
+	}
+	return run, nil
+}
+
+// drive keeps window WRITEs in flight until stop, then completes them.
+func (f *incastFlow) drive(ctx context.Context, window int, stop *atomic.Bool) error {
+	wcs := make([]stack.WC, 64)
+	var posted, done uint64
+	for ctx.Err() == nil && (!stop.Load() || done < posted) {
+		for !stop.Load() && posted-done < uint64(window) {
+			f.wr.ID = posted
+			if err := f.qp.PostSend(&f.wr); err != nil {
+				return err
+			}
+			posted++
+		}
+		k := f.cq.Poll(wcs)
+		for _, wc := range wcs[:k] {
+			if wc.Status != stack.WCSuccess {
+				return fmt.Errorf("write %d: %v", wc.ID, wc.Status)
+			}
+			done++
+			f.done.Add(1)
+		}
+		if k == 0 {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			f.cq.Wait(wctx)
+			cancel()
+			if stop.Load() && done < posted {
+				// Waiting out the last ones: bounded by the retry budget.
+				continue
+			}
+		}
+	}
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

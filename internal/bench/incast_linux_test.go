@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/internal/incast"
+	"github.com/uroce/uroce/internal/netns/netnstest"
+)
+
+// TestIncast runs two flows briefly into a bottleneck far below what
+// they can send, with DCQCN on and off. The queue marks, the receiver
+// answers the marks with CNPs, and only with DCQCN on do the senders cut
+// their rates. Goodput, fairness and drops are measurements, not results.
+func TestIncast(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	r, err := Incast(context.Background(), IncastOptions{Flows: []int{2}, Bottleneck: 200_000_000, Window: 16,
+		Duration: 300 * time.Millisecond})
+	if errors.Is(err, incast.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 2 || !r.Runs[0].DCQCN || r.Runs[1].DCQCN {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	for _, x := range r.Runs {
+		if x.Report.Aggregate() <= 0 || len(x.Report.Flows) != 2 || x.Report.Queue.Marks == 0 || x.Marked == 0 || x.CNPs == 0 {
+			t.Errorf("DCQCN %v: goodput %.0f, %d flows, %d marked by the queue, %d counted, %d CNPs", x.DCQCN,
+				x.Report.Aggregate(), len(x.Report.Flows), x.Report.Queue.Marks, x.Marked, x.CNPs)
+		}
+		if (x.CNPHandled > 0) != x.DCQCN {
+			t.Errorf("DCQCN %v: %d rate cuts", x.DCQCN, x.CNPHandled)
+		}
+	}
+	var out strings.Builder
+	r.Write(&out)
+	if !strings.Contains(out.String(), "Jain's fairness index") || !strings.Contains(out.String(), "CNPs sent") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}
+
+func TestIncastOptions(t *testing.T) {
+	for _, o := range []IncastOptions{{Flows: []int{0}}, {Flows: []int{1000}}, {Size: -1}, {Window: -2}, {Duration: time.Microsecond}} {
+		if _, err := Incast(context.Background(), o); err == nil || err == ErrNotRoot {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
