@@ -268,3 +268,45 @@ func TestDCQCNAsksEveryPacket(t *testing.T) {
 		t.Fatalf("%d packets of 8 sent", k)
 	}
 }
+
+// TestZeroAllocsPaced: a QP that DCQCN holds below its line rate posts,
+// paces, sends and completes without allocating.
+func TestZeroAllocsPaced(t *testing.T) {
+	mem := &fakeMem{}
+	src := make([]byte, 64<<10)
+	dst := make([]byte, 64<<10)
+	ks := mem.reg(src, 0x100000, AccessLocalWrite)
+	kd := mem.reg(dst, 0x200000, AccessLocalWrite|AccessRemoteWrite)
+	sa, sb := &countSink{}, &countSink{}
+	w := newWire(t, RC, MTU4096, mem, sa, sb)
+	p := dcqcn.Defaults()
+	p.TimeReset, p.ByteReset = 1_000_000, 0 // the rate stays cut
+	w.a.caps.DCQCN, w.a.caps.LineRate, w.a.cc.on = &p, 10_000_000_000, true
+	now := Time(time.Second)
+	w.a.Receive(now, cnpPkt(t))
+	if _, limited := w.a.Rate(); !limited {
+		t.Fatal("not limited")
+	}
+	sg := [1]SGE{{Addr: 0x100000, Length: 16 << 10, LKey: ks}}
+	write := SendWR{ID: 1, Opcode: WRWrite, Flags: SendSignaled, RemoteAddr: 0x200000, RKey: kd}
+	done := sa.send
+	round := func() {
+		write.SG = sg[:]
+		if err := w.a.PostSend(now, &write); err != nil {
+			panic(err)
+		}
+		for sa.send == done {
+			now += Time(time.Microsecond)
+			w.a.Tick(now)
+			w.run(now)
+		}
+		done = sa.send
+	}
+	round()
+	if n := testing.AllocsPerRun(100, round); n != 0 {
+		t.Fatalf("%v allocations per paced WRITE", n)
+	}
+	if sa.bad != 0 {
+		t.Fatalf("%d failed completions", sa.bad)
+	}
+}

@@ -31,10 +31,10 @@ func newBenchConnCfg(b *testing.B, pc PipeConfig, batch int, faults *FaultConfig
 	return newBenchConnWin(b, pc, batch, 0, faults, busyPoll, timeout)
 }
 
-func newBenchConnWin(b *testing.B, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool, timeout uint8) *benchConn {
+func newBenchConnWin(b *testing.B, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool, timeout uint8, mods ...func(*Config)) *benchConn {
 	b.Helper()
 	c := &benchConn{}
-	c.da, c.db = openRunningCfg(b, pc, batch, window, faults, busyPoll)
+	c.da, c.db = openRunningCfg(b, pc, batch, window, faults, busyPoll, mods...)
 	b.Cleanup(func() {
 		c.da.Close()
 		c.db.Close()
@@ -210,6 +210,25 @@ func BenchmarkRCWrite64KDrop5(b *testing.B) {
 	c := newBenchConn(b, &FaultConfig{Seed: 1, Drop: 0.05}, false, 14)
 	b.ReportAllocs()
 	c.run(b, OpWrite, 64<<10, 8, 8)
+}
+
+// BenchmarkRCWrite64KDCQCN is BenchmarkRCWrite64K with DCQCN off, on
+// (no congestion: no CNP), and on after one CNP the QP has recovered
+// from (the reaction point set up, its rate back at the line rate): the
+// pacing checks must cost next to nothing when nothing is congested.
+func BenchmarkRCWrite64KDCQCN(b *testing.B) {
+	for _, mode := range []string{"off", "on", "recovered"} {
+		b.Run(mode, func(b *testing.B) {
+			c := newBenchConnWin(b, PipeConfig{MTU: 9000}, 0, 0, nil, false, 14, func(cfg *Config) { cfg.NoDCQCN = mode == "off" })
+			if mode == "recovered" {
+				c.qa.mu.Lock()
+				c.qa.q.Receive(c.da.clock.Now(), cnpFor(b, c.qa))
+				c.qa.mu.Unlock()
+			}
+			b.ReportAllocs()
+			c.run(b, OpWrite, 64<<10, 8, 8)
+		})
+	}
 }
 
 func BenchmarkRCSend64K(b *testing.B) {

@@ -19,7 +19,7 @@ func openRunning(t testing.TB, mtu int, faults *FaultConfig, busyPoll bool) (a, 
 	return openRunningCfg(t, PipeConfig{MTU: mtu}, 0, 0, faults, busyPoll)
 }
 
-func openRunningCfg(t testing.TB, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool) (a, b *Device) {
+func openRunningCfg(t testing.TB, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool, mods ...func(*Config)) (a, b *Device) {
 	t.Helper()
 	pa, pb := NewPipe(pc)
 	var la, lb Link = pa, pb
@@ -30,11 +30,17 @@ func openRunningCfg(t testing.TB, pc PipeConfig, batch, window int, faults *Faul
 	}
 	nb := StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB}
 	var err error
-	a, err = Open(context.Background(), Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA, ip6A}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window})
+	ca := Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA, ip6A}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window}
+	cb := Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB, ip6B}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window}
+	for _, m := range mods {
+		m(&ca)
+		m(&cb)
+	}
+	a, err = Open(context.Background(), ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = Open(context.Background(), Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB, ip6B}, Neighbors: nb, BusyPoll: busyPoll, Batch: batch, SendWindow: window})
+	b, err = Open(context.Background(), cb)
 	if err != nil {
 		t.Fatal(err)
 	}

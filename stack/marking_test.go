@@ -184,3 +184,19 @@ func TestMarkCE(t *testing.T) {
 		t.Errorf("%d frames counted marked, want 3", got)
 	}
 }
+
+// cnpFor is a CNP to q from its peer, parsed.
+func cnpFor(t testing.TB, q *QP) *bth.Packet {
+	h := &bth.Headers{L2L3: bth.L2L3{SrcMAC: macB, DstMAC: macA, SrcIP: ipB, DstIP: ipA},
+		BTH: bth.BTHFields{Opcode: bth.OpCNP, PKey: 0xffff, BECN: true, DestQP: q.QPN()}}
+	buf := make([]byte, h.FrameLen(0))
+	n, err := bth.Encode(buf, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(bth.Packet)
+	if err := bth.Parse(buf[:n], p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
