@@ -318,7 +318,7 @@ func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
 		g = a.DGID.As16()
 	}
 	return proto.AHAttr{DGID: g, SGIDIndex: uint8(a.SGIDIndex), TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel,
-		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC}
+		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC, SL: a.SL}
 }
 
 // postRecvRing puts a receive request into a receive or SRQ ring.

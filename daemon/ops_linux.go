@@ -491,7 +491,7 @@ func portAttr(d *stack.Device) *proto.PortAttr {
 
 func ahAttrFrom(a *proto.AHAttr) stack.AHAttr {
 	return stack.AHAttr{DGID: netip.AddrFrom16(a.DGID), SGIDIndex: int(a.SGIDIndex), TrafficClass: a.TrafficClass,
-		FlowLabel: a.FlowLabel, HopLimit: a.HopLimit, DMAC: a.DMAC}
+		FlowLabel: a.FlowLabel, HopLimit: a.HopLimit, DMAC: a.DMAC, SL: a.SL}
 }
 
 func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
@@ -500,7 +500,7 @@ func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
 		g = a.DGID.As16()
 	}
 	return proto.AHAttr{DGID: g, SGIDIndex: uint8(a.SGIDIndex), TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel,
-		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC}
+		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC, SL: a.SL}
 }
 
 func qpAttrFrom(a *proto.QPAttr, mask uint32) stack.QPAttr {

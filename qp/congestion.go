@@ -23,8 +23,10 @@ type CNPConfig struct {
 	// Off sends no CNP (CE-marked packets are still counted).
 	Off bool
 	// TrafficClass is the IP TOS (IPv6 traffic class) of CNPs, as it
-	// is: ConnectX sends DefaultCNPTrafficClass.
+	// is: ConnectX sends DefaultCNPTrafficClass. PCP is their 802.1p
+	// priority on a tagged path (cnp_802p_prio).
 	TrafficClass uint8
+	PCP          uint8
 	// MinInterval is the least time between two CNPs of the QP
 	// (min_time_between_cnps); zero means DefaultCNPInterval.
 	MinInterval Time
@@ -90,6 +92,9 @@ func (q *QP) cnpHeaders(p *bth.Packet) *bth.Headers {
 	h.IPID = q.ipid
 	h.SrcPort = 0
 	h.TrafficClass = q.caps.CNP.TrafficClass
+	if h.HasVLAN {
+		h.VLANTCI = h.VLANTCI&0x1fff | uint16(q.caps.CNP.PCP&7)<<13
+	}
 	h.BTH = bth.BTHFields{Opcode: bth.OpCNP, PKey: q.pkey, BECN: true, DestQP: dest}
 	return h
 }

@@ -19,6 +19,10 @@ type AHAttr struct {
 	TrafficClass uint8  // DSCP<<2 | ECN
 	FlowLabel    uint32 // IPv6 flow label; for RC/UC it also picks the UDP source port
 	HopLimit     uint8  // TTL or hop limit; 0 means 64
+	// SL is the service level: on a device that tags its frames
+	// (Config.VLAN), their 802.1p priority (PCP); 0 takes the priority
+	// the DSCP maps to (Marking.Priorities).
+	SL uint8
 	// DMAC is the next hop's Ethernet address; zero resolves DGID
 	// through the device's Neighbors.
 	DMAC [6]byte

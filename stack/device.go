@@ -88,6 +88,11 @@ type Config struct {
 	// Marking is what the IP headers of RoCE packets carry for the
 	// network's congestion control and priorities: DSCP and ECN.
 	Marking Marking
+	// VLAN, when set (1 to 4094), tags every frame the device sends
+	// with this 802.1Q VLAN ID and a priority (PCP): the address
+	// handle's SL, or the one its DSCP maps to (Marking.Priorities);
+	// CNPs take cnp_802p_prio. Frames are received tagged or not.
+	VLAN int
 	// DCQCN are the parameters of the congestion control the device's
 	// QPs run (package dcqcn): nil takes ConnectX's defaults. NoDCQCN
 	// turns the reaction point off: CNPs are counted and ignored.
@@ -256,6 +261,9 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 	}
 	if err := cfg.Marking.check(); err != nil {
 		return fail(fmt.Errorf("open: %w", err))
+	}
+	if cfg.VLAN < 0 || cfg.VLAN > 4094 {
+		return fail(fmt.Errorf("open: vlan %d: want 1 to 4094 (0: untagged): %w", cfg.VLAN, ErrInvalidArg))
 	}
 	if cfg.DCQCN == nil {
 		p := dcqcn.Defaults()
@@ -525,6 +533,13 @@ func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 	p.av.Path.SrcIP = src
 	p.av.Path.DstIP = dst
 	p.av.Path.TrafficClass = d.cfg.Marking.trafficClass(a.TrafficClass)
+	if d.cfg.VLAN > 0 {
+		pcp := a.SL & 7
+		if pcp == 0 {
+			pcp = d.cfg.Marking.priority(p.av.Path.TrafficClass)
+		}
+		p.av.Path.HasVLAN, p.av.Path.VLANTCI = true, uint16(pcp)<<13|uint16(d.cfg.VLAN)
+	}
 	p.av.Path.FlowLabel = a.FlowLabel
 	p.av.Path.HopLimit = a.HopLimit
 	p.src, p.dst = src, dst

@@ -21,6 +21,11 @@ type Marking struct {
 	DSCP int
 	// ECN is what the two ECN bits carry.
 	ECN ECN
+	// Priorities maps a DSCP to the 802.1p priority of tagged frames
+	// (Config.VLAN) and to the priority PFC holds; nil is the class
+	// selector mapping (DSCP/8: 26 is priority 3, 48 is 6), what a NIC
+	// that trusts DSCP applies by default.
+	Priorities *[64]uint8
 	// NoCNP sends no congestion notifications for CE-marked packets
 	// (they are still counted). Their DSCP and spacing are DCQCN
 	// parameters (Config.DCQCN: cnp_dscp, min_time_between_cnps); their
@@ -64,7 +69,22 @@ func ParseECN(s string) (ECN, error) {
 	return 0, fmt.Errorf("ecn %q: want ect0, ect1 or off: %w", s, ErrInvalidArg)
 }
 
+// priority returns the 802.1p priority of traffic class tc.
+func (m *Marking) priority(tc uint8) uint8 {
+	if m.Priorities != nil {
+		return m.Priorities[tc>>2] & 7
+	}
+	return tc >> 5
+}
+
 func (m *Marking) check() error {
+	if m.Priorities != nil {
+		for d, p := range m.Priorities {
+			if p > 7 {
+				return fmt.Errorf("dscp %d maps to priority %d: want 0 to 7: %w", d, p, ErrInvalidArg)
+			}
+		}
+	}
 	if m.DSCP > 63 {
 		return fmt.Errorf("dscp %d: want 0 to 63: %w", m.DSCP, ErrInvalidArg)
 	}
@@ -102,6 +122,6 @@ func (m *Marking) ecn(tc uint8) uint8 {
 
 // cnp is the notification point's configuration of the device's QPs.
 func (m *Marking) cnp(p *dcqcn.Params) qp.CNPConfig {
-	return qp.CNPConfig{Off: m.NoCNP, TrafficClass: m.ecn(p.CNPDSCP << 2),
+	return qp.CNPConfig{Off: m.NoCNP, TrafficClass: m.ecn(p.CNPDSCP << 2), PCP: p.CNPPrio & 7,
 		MinInterval: time.Duration(p.MinTimeBetweenCNPs) * time.Microsecond}
 }

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/netip"
 	"testing"
@@ -199,4 +200,106 @@ func cnpFor(t testing.TB, q *QP) *bth.Packet {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// tciLink records the 802.1Q tag of each RoCE frame received, by opcode.
+type tciLink struct {
+	Link
+	pkt bth.Packet
+	tci map[bth.Opcode]map[uint16]int
+}
+
+func (l *tciLink) Receive(frames [][]byte) int {
+	n := l.Link.Receive(frames)
+	for _, f := range frames[:n] {
+		if bth.Parse(f, &l.pkt) != nil {
+			continue
+		}
+		op := l.pkt.Opcode()
+		if l.tci[op] == nil {
+			l.tci[op] = map[uint16]int{}
+		}
+		tci := uint16(0xffff) // untagged
+		if l.pkt.HasVLAN {
+			tci = l.pkt.VLANTCI
+		}
+		l.tci[op][tci]++
+	}
+	return n
+}
+
+// TestVLANTagging: with Config.VLAN every frame is tagged with the VLAN
+// and a priority: the DSCP's (26: 3) for a connected QP and its ACKs,
+// the address handle's SL for UD, cnp_802p_prio (6) for CNPs; a
+// Priorities map changes the DSCP's.
+func TestVLANTagging(t *testing.T) {
+	clock := NewFakeClock(time.Second)
+	pa, pb := NewPipe(PipeConfig{MTU: 4200, Slots: 512})
+	ra := &tciLink{Link: pa, tci: map[bth.Opcode]map[uint16]int{}}
+	rb := &tciLink{Link: WithFaults(pb, FaultConfig{Seed: 1, MarkCE: 1, Dir: FaultReceive, Clock: clock}),
+		tci: map[bth.Opcode]map[uint16]int{}}
+	var prio [64]uint8
+	for i := range prio {
+		prio[i] = uint8(i >> 3)
+	}
+	prio[26] = 4
+	open := func(l Link, mac [6]byte, addrs []netip.Addr, m Marking) *Device {
+		d, err := Open(context.Background(), Config{Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock, VLAN: 100,
+			Marking: m, Neighbors: StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	s := &simPair{clock: clock, a: open(ra, macA, []netip.Addr{ipA, ip6A}, Marking{}),
+		b: open(rb, macB, []netip.Addr{ipB, ip6B}, Marking{Priorities: &prio})}
+	A, B := newSide(t, s.a, 1<<16, 64), newSide(t, s.b, 1<<16, 64)
+	qa, qb := A.qp(t, RC), B.qp(t, RC)
+	connect(t, qa, qb, 1, 100, 200, AccessRemoteWrite)
+	if err := qa.PostSend(&SendWR{Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, 8192)},
+		Remote: RemoteAddr{Addr: B.mr.Addr(), RKey: B.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	// UD with SL 5, A to B.
+	ua, ub := A.qp(t, UD), B.qp(t, UD)
+	for _, q := range []*QP{ua, ub} {
+		if err := q.ToInit(InitAttr{QKey: 0x1234}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ToRTR(RTRAttr{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ToRTS(RTSAttr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ub.PostRecv(&RecvWR{ID: 7, SG: []SGE{B.mr.SGE(0, 1024)}}); err != nil {
+		t.Fatal(err)
+	}
+	dgid, _ := s.b.GID(1)
+	ah, err := A.pd.CreateAH(AHAttr{DGID: dgid, SGIDIndex: 1, SL: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ua.PostSend(&SendWR{Op: OpSend, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, 100)}, AH: ah,
+		RemoteQPN: ub.QPN(), RemoteQKey: 0x1234}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 4)
+	got := 0
+	s.run(t, func() bool { got += A.cq.Poll(wcs); return got == 2 })
+	want := func(l *tciLink, op bth.Opcode, tci uint16) {
+		t.Helper()
+		if m := l.tci[op]; len(m) != 1 || m[tci] == 0 {
+			t.Errorf("%v frames by tag: %v, want all %#x", op, m, tci)
+		}
+	}
+	want(rb, bth.OpWriteFirst, 3<<13|100) // A's default: DSCP 26 is priority 3
+	want(rb, bth.OpUDSendOnly, 5<<13|100) // the AH's SL
+	want(ra, bth.OpAck, 4<<13|100)        // B maps DSCP 26 to 4
+	want(ra, bth.OpCNP, 6<<13|100)        // cnp_802p_prio
+	if _, err := Open(context.Background(), Config{Link: pa, MAC: macA, Manual: true, VLAN: 4095}); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("vlan 4095: %v", err)
+	}
 }

@@ -13,17 +13,18 @@ import (
 // frames, on links that hand them to software (veth and the pipe; NICs
 // act on them in hardware), hold back the engine's transmission. PFC
 // pauses one priority; a QP's priority is its path's VLAN PCP or, on an
-// untagged path, its DSCP's class selector (DSCP/8), the mapping a NIC
-// trusting DSCP uses by default. PAUSE holds every priority. A QP on a
+// untagged path, the one its DSCP maps to (Marking.Priorities: by
+// default the class selector, DSCP/8, as a NIC trusting DSCP does). PAUSE holds every priority. A QP on a
 // paused priority sends nothing, its ACKs included, until the pause
 // ends: its time runs out or a frame with time 0 resumes it.
 
-// priority returns the 802.1p priority of a path's packets.
-func priority(p *bth.L2L3) uint8 {
+// priority returns the 802.1p priority of a path's packets: its PCP, or
+// on an untagged path the one its DSCP maps to.
+func (m *Marking) pathPriority(p *bth.L2L3) uint8 {
 	if p.HasVLAN {
 		return uint8(p.VLANTCI >> 13)
 	}
-	return p.TrafficClass >> 5
+	return m.priority(p.TrafficClass)
 }
 
 // DefaultLinkSpeed is the speed PAUSE and PFC quanta are timed at when

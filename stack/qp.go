@@ -284,7 +284,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		return nil, fmt.Errorf("create qp: max_inline %d, max %d: %w", init.MaxInline, lim.MaxInline, ErrInvalidArg)
 	}
 	q := &QP{dev: d, pd: pd, init: init, sendCQ: init.SendCQ, recvCQ: init.RecvCQ, srq: init.SRQ, heapIdx: -1,
-		prio: priority(&bth.L2L3{TrafficClass: d.cfg.Marking.trafficClass(0)})}
+		prio: d.cfg.Marking.priority(d.cfg.Marking.trafficClass(0))}
 	q.out.q = q
 	q.sink.q = q
 	q.mem.q = q
@@ -467,7 +467,7 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		q.ah = attr.AH
 		q.ah.DMAC = path.av.Path.DstMAC
 		q.peer, q.local = path.dst, path.src
-		q.prio = priority(&path.av.Path)
+		q.prio = q.dev.cfg.Marking.pathPriority(&path.av.Path)
 	}
 	q.unlock()
 	if err != nil {

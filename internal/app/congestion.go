@@ -9,13 +9,14 @@ import (
 )
 
 // CongestionFlags are the flags of a device's congestion control: its
-// marking (stack.Config.Marking: --dscp, --ecn, --no-cnp), --no-dcqcn,
+// marking (stack.Config.Marking: --dscp, --ecn, --no-cnp; --vlan), --no-dcqcn,
 // and every DCQCN parameter under its mlx5 name with dashes
 // (--rpg-time-reset, --min-time-between-cnps, --cnp-dscp, ...). The
 // daemon and the tools that open a device share them. The zero value,
 // unregistered, gives the stack's defaults.
 type CongestionFlags struct {
 	DSCP    int
+	VLAN    int
 	ECN     string
 	NoCNP   bool
 	NoDCQCN bool
@@ -29,6 +30,7 @@ func (c *CongestionFlags) Register(fs *flag.FlagSet) {
 	c.registered = true
 	c.DCQCN = dcqcn.Defaults()
 	fs.IntVar(&c.DSCP, "dscp", stack.DefaultDSCP, "DSCP of RoCE packets whose address handle or QP names none (-1: 0)")
+	fs.IntVar(&c.VLAN, "vlan", 0, "tag every frame with this 802.1Q VLAN ID (priority from the DSCP, the SL, or cnp_802p_prio for CNPs)")
 	fs.StringVar(&c.ECN, "ecn", "ect0", "ECN bits of RoCE packets: ect0, ect1, or off (as the traffic class gives them)")
 	fs.BoolVar(&c.NoCNP, "no-cnp", false, "send no CNPs for CE-marked packets (they are still counted)")
 	fs.BoolVar(&c.NoDCQCN, "no-dcqcn", false, "QPs ignore CNPs (no DCQCN rate control)")
@@ -57,6 +59,7 @@ func (c *CongestionFlags) Apply(cfg *stack.Config) error {
 		dscp = -1 // stack.Marking's 0 is the default
 	}
 	cfg.Marking = stack.Marking{DSCP: dscp, ECN: e, NoCNP: c.NoCNP}
+	cfg.VLAN = c.VLAN
 	p := c.DCQCN
 	cfg.DCQCN, cfg.NoDCQCN = &p, c.NoDCQCN
 	return nil
@@ -64,7 +67,7 @@ func (c *CongestionFlags) Apply(cfg *stack.Config) error {
 
 // Changed reports whether any flag asks for other than the defaults.
 func (c *CongestionFlags) Changed() bool {
-	return c.registered && (c.changed || c.NoCNP || c.NoDCQCN || c.DSCP != stack.DefaultDSCP || c.ECN != "ect0")
+	return c.registered && (c.changed || c.NoCNP || c.NoDCQCN || c.VLAN != 0 || c.DSCP != stack.DefaultDSCP || c.ECN != "ect0")
 }
 
 // congestionHelp are the help lines of CongestionFlags: the DCQCN
@@ -72,6 +75,7 @@ func (c *CongestionFlags) Changed() bool {
 var congestionHelp = func() [][2]string {
 	h := [][2]string{
 		{"--dscp=N, --ecn=ect0|ect1|off", "DSCP (default 26) and ECN bits (default ECT(0)) of RoCE packets"},
+		{"--vlan=VID", "tag every frame with this 802.1Q VLAN (priority: the DSCP's, DSCP/8)"},
 		{"--no-cnp, --no-dcqcn", "send no CNPs for CE-marked packets; ignore the CNPs received"},
 	}
 	names := dcqcn.Names()
