@@ -310,3 +310,26 @@ func TestZeroAllocsPaced(t *testing.T) {
 		t.Fatalf("%d failed completions", sa.bad)
 	}
 }
+
+// TestCNPFlood: a flood of CNPs (100,000 in 100 ms) is counted, cuts the
+// rate at most once per monitor period and never below rpg_min_rate, and
+// the QP still sends, at that rate.
+func TestCNPFlood(t *testing.T) {
+	p := dcqcn.Defaults()
+	n := ucSender(t, &p, 100)
+	q := n.qp
+	c := cnpPkt(t)
+	now := Time(time.Second)
+	for i := 0; i < 100_000; i++ {
+		q.Receive(now, c)
+		now += Time(time.Microsecond)
+	}
+	rate, limited := q.Rate()
+	cuts, ignored := q.ctr.RPCNPHandled, q.ctr.RPCNPIgnored
+	if q.ctr.CNPRcvd != 100_000 || cuts+ignored != 100_000 || cuts > 100_000/4+1 || !limited || rate < 1_000_000 {
+		t.Fatalf("%d CNPs: %d cuts, %d ignored, rate %d limited %v", q.ctr.CNPRcvd, cuts, ignored, rate, limited)
+	}
+	if sent, _ := sentBytes(q, n.out, now, now+Time(100*time.Millisecond)); sent == 0 {
+		t.Fatal("nothing sent after the flood")
+	}
+}
