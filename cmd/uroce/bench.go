@@ -140,6 +140,7 @@ func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer
 	mode := fs.String("dcqcn", "both", "runs with DCQCN on, off or both")
 	line := fs.Float64("line-rate", 10, "the senders' line rate in Gbit/s (DCQCN recovers to it)")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	fs.BoolVar(&o.Join, "join", true, "after each run, stop the last flow and time how long it takes, started again, to get its fair share")
 	params := dcqcn.Defaults()
 	for _, name := range dcqcn.Names() {
 		fs.Func(app.FlagName(name), "DCQCN: "+dcqcn.Usage(name), func(v string) error { return params.Set(name, v) })

@@ -39,6 +39,10 @@ type IncastOptions struct {
 	DCQCN *dcqcn.Params
 	// XDPMode is how the XDP program attaches: auto, native or generic.
 	XDPMode string
+	// Join adds a phase after each measured run: the last flow stops,
+	// and the time it takes after it starts again to reach 90 % of its
+	// fair share (the bottleneck's rate over the flows) is measured.
+	Join bool
 }
 
 func (o *IncastOptions) defaults() error {
@@ -101,6 +105,9 @@ type IncastRun struct {
 	Retransmitted, Timeouts uint64
 	// Rates are the flows' DCQCN rates at the end (0: not limited).
 	Rates []uint64
+	// Join is how long the last flow took to reach 90 % of its fair
+	// share after starting again (Options.Join; -1: not within 1 s).
+	Join time.Duration
 }
 
 // Write prints the runs, each as a table.
@@ -114,6 +121,13 @@ func (r *IncastReport) Write(w io.Writer) {
 		x.Report.WriteText(w)
 		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent; senders: %d rate cuts, %d packets retransmitted, %d ACK timeouts\n",
 			x.Marked, x.CNPs, x.CNPHandled, x.Retransmitted, x.Timeouts)
+		if o.Join && x.Flows > 1 {
+			if x.Join < 0 {
+				fmt.Fprintf(w, "  a flow starting again did not reach 90%% of its fair share within 1 s\n")
+			} else {
+				fmt.Fprintf(w, "  a flow starting again reached 90%% of its fair share (10 ms windows) in %v\n", x.Join.Round(time.Millisecond))
+			}
+		}
 		if x.DCQCN {
 			fmt.Fprintf(w, "  DCQCN rates at the end:")
 			for _, v := range x.Rates {

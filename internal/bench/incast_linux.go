@@ -46,6 +46,7 @@ type incastFlow struct {
 	cq     *stack.CQ
 	wr     stack.SendWR
 	done   atomic.Uint64 // WRITEs completed
+	hold   atomic.Bool   // post nothing new for now (the join phase)
 	failed error
 }
 
@@ -166,6 +167,9 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	r1 := recv.Counters()
 	run.Marked = r1.QP.NPECNMarked - r0.QP.NPECNMarked
 	run.CNPs = r1.QP.NPCNPSent - r0.QP.NPCNPSent
+	if n > 1 && o.Join {
+		run.Join = join(ctx, flows[n-1], float64(q1.Delta(q0).Bytes)*8/el.Seconds()/float64(n), o)
+	}
 	stop.Store(true)
 	wg.Wait()
 	if qerr != nil {
@@ -185,7 +189,7 @@ func (f *incastFlow) drive(ctx context.Context, window int, stop *atomic.Bool) e
 	wcs := make([]stack.WC, 64)
 	var posted, done uint64
 	for ctx.Err() == nil && (!stop.Load() || done < posted) {
-		for !stop.Load() && posted-done < uint64(window) {
+		for !stop.Load() && !f.hold.Load() && posted-done < uint64(window) {
 			f.wr.ID = posted
 			if err := f.qp.PostSend(&f.wr); err != nil {
 				return err
@@ -218,4 +222,37 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// join measures how long flow f, stopped while the others go on, takes
+// after it starts again to reach 90 % of its fair share (share, bit/s)
+// over a 10 ms window; -1 when it does not within a second.
+func join(ctx context.Context, f *incastFlow, share float64, o *IncastOptions) time.Duration {
+	f.hold.Store(true)
+	sleep(ctx, o.Duration/5) // its WRITEs drain, the others take its share
+	const win = 10 * time.Millisecond
+	type sample struct {
+		at   time.Time
+		done uint64
+	}
+	start := time.Now()
+	hist := []sample{{start, f.done.Load()}}
+	f.hold.Store(false)
+	for time.Since(start) < time.Second && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+		s := sample{time.Now(), f.done.Load()}
+		hist = append(hist, s)
+		for _, h := range hist {
+			if s.at.Sub(h.at) > win {
+				continue
+			}
+			if d := s.at.Sub(h.at); d >= win/2 {
+				if float64(s.done-h.done)*float64(o.Size)*8/d.Seconds() >= 0.9*share {
+					return s.at.Sub(start)
+				}
+			}
+			break
+		}
+	}
+	return -1
 }
