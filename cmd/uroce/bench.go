@@ -80,15 +80,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	rep, err := bench.Link(ctx, o)
-	if err != nil {
-		return runFailed(stderr, fs.Name(), err)
-	}
-	if *jsonOut {
-		json.NewEncoder(stdout).Encode(rep)
-	} else {
-		rep.Write(stdout)
-	}
-	return 0
+	return writeReport(stdout, stderr, fs.Name(), *jsonOut, rep, err)
 }
 
 func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -115,15 +107,7 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	rep, err := bench.Lat(ctx, o)
-	if err != nil {
-		return runFailed(stderr, fs.Name(), err)
-	}
-	if *jsonOut {
-		json.NewEncoder(stdout).Encode(rep)
-	} else {
-		rep.Write(stdout)
-	}
-	return 0
+	return writeReport(stdout, stderr, fs.Name(), *jsonOut, rep, err)
 }
 
 func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -175,10 +159,16 @@ func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	o.Bottleneck, o.LineRate, o.DCQCN = uint64(*bottleneck*1e9), uint64(*line*1e9), &params
 	rep, err := bench.Incast(ctx, o)
+	return writeReport(stdout, stderr, fs.Name(), *jsonOut, rep, err)
+}
+
+// writeReport prints a bench command's report, as JSON or text, or its
+// error; it returns the exit status.
+func writeReport[R interface{ Write(io.Writer) }](stdout, stderr io.Writer, name string, jsonOut bool, rep R, err error) int {
 	if err != nil {
-		return runFailed(stderr, fs.Name(), err)
+		return runFailed(stderr, name, err)
 	}
-	if *jsonOut {
+	if jsonOut {
 		json.NewEncoder(stdout).Encode(rep)
 	} else {
 		rep.Write(stdout)

@@ -206,12 +206,7 @@ func (r *Record) AppendText(b []byte) []byte {
 func (r *Record) appendStatus(b []byte) []byte {
 	switch r.Status {
 	case StatusTruncated:
-		b = append(b, " truncated ("...)
-		b = strconv.AppendInt(b, int64(r.CapLen), 10)
-		b = append(b, " of "...)
-		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
-		b = append(b, " bytes captured)"...)
-		return b
+		return appendTruncated(b, r.CapLen, r.OrigLen)
 	case StatusMalformed:
 		b = append(b, " MALFORMED ("...)
 		b = append(b, r.Problem...)
@@ -587,11 +582,7 @@ func (r *MACControl) AppendText(b []byte) []byte {
 	}
 	switch r.Status {
 	case StatusTruncated:
-		b = append(b, " truncated ("...)
-		b = strconv.AppendInt(b, int64(r.CapLen), 10)
-		b = append(b, " of "...)
-		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
-		b = append(b, " bytes captured)"...)
+		b = appendTruncated(b, r.CapLen, r.OrigLen)
 	case StatusMalformed:
 		b = append(b, " MALFORMED ("...)
 		b = r.appendProblem(b)
@@ -756,4 +747,13 @@ func appendAddrPort(b []byte, a netip.Addr, port uint16) []byte {
 	}
 	b = append(b, ':')
 	return strconv.AppendUint(b, uint64(port), 10)
+}
+
+// appendTruncated appends the status of a frame the capture cut short.
+func appendTruncated(b []byte, capLen, origLen int) []byte {
+	b = append(b, " truncated ("...)
+	b = strconv.AppendInt(b, int64(capLen), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(origLen), 10)
+	return append(b, " bytes captured)"...)
 }
