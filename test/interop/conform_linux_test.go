@@ -9,15 +9,28 @@ import (
 
 // TestConformRxe runs the catalogue's scenarios that a stock perftest
 // server can host (its region grants one kind of remote access) against
-// rdma_rxe, one server run per scenario, and checks each outcome against
-// rxe's checked-in results (conform/results/rxe-6.1.txt).
+// rdma_rxe on Debian 12's 6.1 kernel, one server run per scenario, and
+// checks each outcome against rxe's checked-in results
+// (conform/results/rxe-6.1.txt).
 func TestConformRxe(t *testing.T) {
 	t.Parallel()
+	conformRxe(t, "6.1")
+}
+
+// TestConformRxe612 is TestConformRxe on the 6.12 kernel (Debian 12's
+// backports), against conform/results/rxe-6.12.txt.
+func TestConformRxe612(t *testing.T) {
+	t.Parallel()
+	conformRxe(t, "6.12")
+}
+
+func conformRxe(t *testing.T, kernel string) {
 	all, err := conform.Catalogue()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := conform.Results("rxe-6.1")
+	table := "rxe-" + kernel
+	want, err := conform.Results(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +48,7 @@ func TestConformRxe(t *testing.T) {
 		}
 		w, ok := want[sc.Name]
 		if !ok {
-			t.Fatalf("no rxe result for %s in conform/results/rxe-6.1.txt", sc.Name)
+			t.Fatalf("no rxe result for %s in conform/results/%s.txt", sc.Name, table)
 		}
 		exit, line := 0, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(sc.Name)+` +PASS `)
 		if !w.Pass {
@@ -57,7 +70,7 @@ func TestConformRxe(t *testing.T) {
 				}
 			}})
 	}
-	g := group{mtu: 1500, pcap: "conform.pcap", stepTimeout: 60e9, steps: steps}
+	g := group{mtu: 1500, pcap: "conform-" + kernel + ".pcap", stepTimeout: 60e9, steps: steps, kernel: kernel}
 	g.run(t)
 }
 

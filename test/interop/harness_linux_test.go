@@ -129,6 +129,8 @@ type group struct {
 	// daemon runs a uroce daemon on the host's interface and every uroce
 	// step as an unprivileged client of it (--daemon), as user nobody.
 	daemon bool
+	// kernel is the guest's kernel (rxe.PeerOptions.Kernel; default 6.1).
+	kernel string
 	// stock (with daemon) runs the steps' uroce commands, stock verbs
 	// programs, on uroce's libibverbs through `uroce run`.
 	stock bool
@@ -240,7 +242,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		t.Skip("skipping: " + libErr)
 	}
 	t0 := time.Now()
-	n := rxe.NewNet(t, rxe.NetOptions{})
+	n := rxe.NewNet(t, rxe.NetOptions{Kernel: g.kernel})
 	t.Logf("network ready after %v", time.Since(t0).Round(time.Millisecond))
 	n.AddHostVeth(uroceIf, uroceAddr+"/24", g.mtu)
 	pcapName := g.pcap
@@ -265,7 +267,10 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 	if err := peer.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("guest ready after %v", time.Since(t0).Round(time.Millisecond))
+	t.Logf("guest ready after %v (kernel %s)", time.Since(t0).Round(time.Millisecond), peer.Image.KVer)
+	if g.kernel != "" && !strings.HasPrefix(peer.Image.KVer, g.kernel+".") {
+		t.Fatalf("the guest runs kernel %s, want %s", peer.Image.KVer, g.kernel)
+	}
 	results := make([]result, len(g.steps))
 	for i, s := range g.steps {
 		if err := waitFor(ctx, peer, beginMark+s.name+"\n"); err != nil {
