@@ -43,6 +43,15 @@
 // ERR. UC drops a broken message silently; UD drops datagrams with a
 // wrong Q_Key (counted in QKeyViolation) or without a posted receive.
 //
+// RC keeps the IBTA's end-to-end credits (credit.go): the responder's
+// ACKs advertise the receives posted and not yet taken (code 31, no
+// credits, with an SRQ), and the requester starts no SEND or RDMA WRITE
+// with immediate past the limit they give, but the first packet of one
+// message, with the A bit, whose answer brings the count up to date. A
+// new QP knows no credits: its first such message begins with that
+// probe, and toward a responder that advertises code 31, as rdma_rxe
+// does, nothing waits after its first answer.
+//
 // # Loss recovery
 //
 // RC recovers from loss by go-back-N, as the IBTA requires: the
@@ -125,7 +134,8 @@
 // work queue rings and the SRQ, requester.go segmentation, transmission
 // and the send window, completer.go acknowledgements, retransmission,
 // READ recovery, loss probes and timers, responder.go the RC and UC
-// receive side (kept requests too), ud.go UD reception.
+// receive side (kept requests too), credit.go end-to-end credits, ud.go
+// UD reception.
 package qp
 
 import (

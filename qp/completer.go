@@ -21,6 +21,16 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		return
 	}
 	psn := p.BTH().PSN()
+	var syn bth.Syndrome
+	if a := p.AETH(); a != nil {
+		syn = a.Syndrome()
+		// The answers to the requests in flight bring the responder's
+		// end-to-end credits, and so does another answer to the last
+		// one acknowledged (to a copy of it): its count may be newer.
+		if syn.Kind() == bth.AckKindACK && psn.InWindow(q.compPSN.Add(-1), q.sentHigh.Sub(q.compPSN)+1) {
+			q.cred.take(syn.Value(), a.MSN())
+		}
+	}
 	// Responses are for PSNs sent and not yet acknowledged; others are
 	// late duplicates.
 	if !psn.InWindow(q.compPSN, q.sentHigh.Sub(q.compPSN)) {
@@ -28,10 +38,6 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		return
 	}
 	kind := p.Info.Kind
-	var syn bth.Syndrome
-	if a := p.AETH(); a != nil {
-		syn = a.Syndrome()
-	}
 	if kind == bth.KindAck && syn.Kind() == bth.AckKindReserved {
 		q.ctr.DroppedPkts++
 		return

@@ -263,8 +263,16 @@ func single(t *testing.T, caps Caps, o connOpts) *node {
 	}
 	n := newNode(t, caps)
 	connect(t, n.qp, addrA, addrB, peerQPN, o)
+	n.unlimited()
 	return n
 }
+
+// unlimited makes n's requester take its peer for a responder that
+// advertises no end-to-end credits (code 31, as rdma_rxe and the
+// crafted ACKs do), as it learns from the first answer: requests go
+// without a credit probe first. credit_test.go starts from a new QP's
+// credits.
+func (n *node) unlimited() { n.qp.cred.unlimited = true }
 
 // buf registers a buffer of size bytes filled with a pattern and
 // returns it with its key; va is its address.

@@ -315,7 +315,7 @@ func TestResponderNAKsAgainWhenRequesterWentBack(t *testing.T) {
 	// 10 arrives: the requests go on in order.
 	send(10, false)
 	send(11, true)
-	wantAck(t, n.out.take(), 11, bth.SyndromeACKNoCredits, 2)
+	wantAck(t, n.out.take(), 11, bth.ACKSyndrome(2), 2)
 	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Opcode: WCRecv}, WC{ID: 2, Opcode: WCRecv})
 }
 

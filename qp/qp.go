@@ -42,6 +42,7 @@ type QP struct {
 	curPkt      uint32  // ... and packet (PSN offset) within it
 	rdOut       int     // READ/atomic requests holding a max_rd_atomic credit (rd.held)
 	rd          rdState // READs and atomics whose responses were lost (completer.go)
+	cred        credits // the responder's end-to-end credits (credit.go)
 	retryLeft   uint8
 	rnrLeft     uint8
 	ackArmed    bool
@@ -198,6 +199,7 @@ func (q *QP) reset() {
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
 	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
 	q.rd = rdState{}
+	q.cred = credits{}
 	q.win, q.winGrow = q.winLeast, 0
 	q.retryLeft, q.rnrLeft = 0, 0
 	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
@@ -472,7 +474,7 @@ func (q *QP) Busy() bool {
 		}
 	}
 	if q.curIdx != q.sq.next {
-		return !q.windowFull()
+		return !q.windowFull() && !q.creditHeld()
 	}
 	if q.state != StateRTS || q.sq.next == q.sq.tail {
 		return false

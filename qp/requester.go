@@ -202,10 +202,14 @@ func (q *QP) pkts(w *sendWQE) uint32 {
 }
 
 // canStart reports whether the next posted WQE may start now: the
-// max_rd_atomic credits, a fence and the PSN window allow it.
+// max_rd_atomic credits, a fence, the PSN window and the responder's
+// end-to-end credits allow it.
 func (q *QP) canStart(w *sendWQE) bool {
 	if q.typ != RC {
 		return true
+	}
+	if q.creditFor(q.sq.next, w, 0) == creditWait {
+		return false
 	}
 	if isRdAtomic(w.wr.Opcode) && q.attr.MaxRdAtomic > 0 && q.rdOut >= int(q.attr.MaxRdAtomic) {
 		return false
@@ -306,7 +310,7 @@ func (q *QP) sendOne(now Time) bool {
 		if !q.canStart(w) || !q.start(w) {
 			return false
 		}
-	} else if q.windowFull() {
+	} else if q.windowFull() || q.creditHeld() {
 		return false
 	}
 	return q.emit(now, sq.at(q.curIdx))
@@ -428,8 +432,10 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			// A paced QP asks on every packet: its packets are spread
 			// out, and ACKs few and far between would make the loss
 			// probe resend what is only waiting for the pacer.
+			// A credit probe asks, so that its answer brings credits.
 			ack = last || q.forceAck || q.noAck+1 >= maxAckEvery || (q.gentle && psn == q.retryPSN) || q.cc.limited() ||
-				(q.win > 0 && (q.inFlight(w, k)+c >= q.win || q.noAckCost+c >= q.win/4))
+				(q.win > 0 && (q.inFlight(w, k)+c >= q.win || q.noAckCost+c >= q.win/4)) ||
+				q.creditFor(idx, w, k) == creditProbe
 		}
 		h = q.headers(op, psn, ack)
 		if q.typ == UD {

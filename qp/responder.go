@@ -212,10 +212,10 @@ func (q *QP) sendResp(it *respItem) bool {
 	switch it.kind {
 	case rkAck:
 		h = q.headers(bth.OpAck, it.psn, false)
-		h.Syndrome, h.MSN = it.syn, it.msn
+		h.Syndrome, h.MSN = q.ackSyndrome(it.syn), it.msn
 	case rkAtomic:
 		h = q.headers(bth.OpAtomicAck, it.psn, false)
-		h.Syndrome, h.MSN, h.AtomicAckOrig = bth.SyndromeACKNoCredits, it.msn, it.orig
+		h.Syndrome, h.MSN, h.AtomicAckOrig = q.ackSyndrome(synACK), it.msn, it.orig
 	case rkRead:
 		op := bth.OpReadRespMiddle
 		switch {
@@ -235,7 +235,7 @@ func (q *QP) sendResp(it *respItem) bool {
 			payload = b[:n]
 		}
 		h = q.headers(op, it.psn, false)
-		h.Syndrome, h.MSN = bth.SyndromeACKNoCredits, it.msn
+		h.Syndrome, h.MSN = q.ackSyndrome(synACK), it.msn
 	default:
 		return true
 	}
@@ -333,7 +333,7 @@ func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
 	case rOK:
 		k := p.Info.Kind
 		if (k == bth.KindSend || k == bth.KindWrite) && p.BTH().AckReq() {
-			q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
+			q.pushAck(psn, synACK, r.msn)
 		}
 	case rRNR:
 		q.ctr.SendRNRErr++
@@ -497,7 +497,7 @@ func (q *QP) replay() {
 			q.ePSN = psn.Next()
 			r.nakSent = false
 			if ack {
-				q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
+				q.pushAck(psn, synACK, r.msn)
 			}
 			ran = true
 			continue
@@ -527,7 +527,7 @@ func (q *QP) replay() {
 	if ran {
 		// Everything executed is acknowledged (coalescing into an ACK
 		// queued for the last A-bit request).
-		q.pushAck(q.ePSN.Add(-1), bth.SyndromeACKNoCredits, r.msn)
+		q.pushAck(q.ePSN.Add(-1), synACK, r.msn)
 	}
 	for i := range kp.slots {
 		if s := &kp.slots[i]; s.used() && s.psn.Sub(q.ePSN) <= 0 {
@@ -861,7 +861,7 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 	default:
 		// Its own PSN, not the last executed (ePSN-1): see the ACK
 		// limit.
-		q.pushAck(psn, bth.SyndromeACKNoCredits, r.msn)
+		q.pushAck(psn, synACK, r.msn)
 	}
 }
 

@@ -65,7 +65,7 @@ func TestResponderSendAndCoalescedAck(t *testing.T) {
 		t.Fatalf("ACK without the A bit: %v", describe(ps))
 	}
 	n.qp.Receive(0, req(t, bth.OpSendLast, 502, true, data[2048:], nil))
-	wantAck(t, n.out.take(), 502, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 502, bth.ACKSyndrome(0), 1)
 	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Opcode: WCRecv})
 	if wc := n.sink.recv[0]; wc.ByteLen != 2500 || wc.Flags != 0 || wc.QPN != localQPN {
 		t.Errorf("wc %+v", wc)
@@ -87,7 +87,7 @@ func TestResponderDuplicateSend(t *testing.T) {
 	// its own PSN (a requester resending from 0 may not have resent 1
 	// yet), and not delivered twice.
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 0, true, []byte("one"), nil))
-	wantAck(t, n.out.take(), 0, bth.SyndromeACKNoCredits, 2)
+	wantAck(t, n.out.take(), 0, bth.ACKSyndrome(0), 2)
 	if len(n.sink.recv) != 2 || n.qp.Counters().DuplicateRequest != 1 {
 		t.Fatalf("recv %+v counters %+v", n.sink.recv, *n.qp.Counters())
 	}
@@ -110,7 +110,7 @@ func TestResponderOutOfSequenceOneNAK(t *testing.T) {
 	}
 	// The gap is filled: the next gap gets its own NAK.
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 10, true, []byte("x"), nil))
-	wantAck(t, n.out.take(), 10, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 10, bth.ACKSyndrome(2), 1)
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 13, true, []byte("x"), nil))
 	wantAck(t, n.out.take(), 11, bth.SyndromePSNSeqErr, 1)
 	if c.PacketSeqErr != 2 {
@@ -134,7 +134,7 @@ func TestResponderRNR(t *testing.T) {
 	n.recv(t, 1, 0x10000, 4096, key)
 	n.qp.Receive(0, req(t, bth.OpSendFirst, 0, false, make([]byte, 1024), nil))
 	n.qp.Receive(0, req(t, bth.OpSendLast, 1, true, make([]byte, 10), nil))
-	wantAck(t, n.out.take(), 1, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 1, bth.ACKSyndrome(0), 1)
 	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Opcode: WCRecv})
 }
 
@@ -146,7 +146,7 @@ func TestResponderWrite(t *testing.T) {
 	n.qp.Receive(0, req(t, bth.OpWriteFirst, 0, false, data[:1024], reth(0x20100, key, 3000)))
 	n.qp.Receive(0, req(t, bth.OpWriteMiddle, 1, false, data[1024:2048], nil))
 	n.qp.Receive(0, req(t, bth.OpWriteLast, 2, true, data[2048:], nil))
-	wantAck(t, n.out.take(), 2, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 2, bth.ACKSyndrome(0), 1)
 	if !bytes.Equal(dst[0x100:0x100+3000], data) {
 		t.Error("write data differs")
 	}
@@ -155,7 +155,7 @@ func TestResponderWrite(t *testing.T) {
 	}
 	// Zero-length WRITE: the R_Key is not checked.
 	n.qp.Receive(0, req(t, bth.OpWriteOnly, 3, true, nil, reth(0, 0xdead, 0)))
-	wantAck(t, n.out.take(), 3, bth.SyndromeACKNoCredits, 2)
+	wantAck(t, n.out.take(), 3, bth.ACKSyndrome(0), 2)
 }
 
 func TestResponderWriteWithImm(t *testing.T) {
@@ -168,7 +168,7 @@ func TestResponderWriteWithImm(t *testing.T) {
 	wantAck(t, n.out.take(), 1, bth.RNRSyndrome(12), 0)
 	n.recv(t, 9, 0x20000, 0, key)
 	n.qp.Receive(0, req(t, bth.OpWriteLastImm, 1, true, make([]byte, 476), imm))
-	wantAck(t, n.out.take(), 1, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 1, bth.ACKSyndrome(0), 1)
 	wantWC(t, "recv", n.sink.recv, WC{ID: 9, Opcode: WCRecvRDMAImm})
 	if wc := n.sink.recv[0]; wc.Imm != 0x01020304 || wc.Flags != WCWithImm || wc.ByteLen != 1500 {
 		t.Errorf("wc %+v", wc)
@@ -329,7 +329,7 @@ func TestResponderRead(t *testing.T) {
 	ps := n.out.take()
 	wantPkts(t, ps, pkt{bth.OpReadRespFirst, 0xfffffe, false, 1024}, pkt{bth.OpReadRespMiddle, 0xffffff, false, 1024},
 		pkt{bth.OpReadRespLast, 0, false, 952})
-	if ps[0].AETH().MSN() != 1 || ps[2].AETH().MSN() != 1 || ps[1].AETH() != nil || ps[0].AETH().Syndrome() != bth.SyndromeACKNoCredits {
+	if ps[0].AETH().MSN() != 1 || ps[2].AETH().MSN() != 1 || ps[1].AETH() != nil || ps[0].AETH().Syndrome() != bth.ACKSyndrome(0) {
 		t.Error("READ response AETHs")
 	}
 	got := append(append(append([]byte{}, ps[0].Payload()...), ps[1].Payload()...), ps[2].Payload()...)
@@ -338,7 +338,7 @@ func TestResponderRead(t *testing.T) {
 	}
 	// ePSN moved past the three response PSNs.
 	n.qp.Receive(0, req(t, bth.OpWriteOnly, 1, true, nil, reth(0, 0, 0)))
-	wantAck(t, n.out.take(), 1, bth.SyndromeACKNoCredits, 2)
+	wantAck(t, n.out.take(), 1, bth.ACKSyndrome(0), 2)
 	// A duplicate of the whole READ is executed again (memory changed
 	// meanwhile: the new contents are sent).
 	src[0] = 0x55
@@ -513,7 +513,7 @@ func TestResponderWriteOnlyImmRNR(t *testing.T) {
 	}
 	n.recv(t, 1, 0x20000, 0, key)
 	n.qp.Receive(0, p)
-	wantAck(t, n.out.take(), 0, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, n.out.take(), 0, bth.ACKSyndrome(0), 1)
 	wantWC(t, "recv", n.sink.recv, WC{ID: 1, Opcode: WCRecvRDMAImm})
 	if string(dst[:4]) != "abcd" || n.sink.recv[0].Imm != 3 {
 		t.Error("WRITE_ONLY_WITH_IMMEDIATE")

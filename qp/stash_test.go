@@ -113,22 +113,22 @@ func TestResponderKeepsRequestsPastGap(t *testing.T) {
 	// 11 arrives: everything runs, in order, but the ACK names 11
 	// only: the requester has not sent the rest again.
 	s.deliver(t, 11)
-	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 11, bth.ACKSyndrome(0), 3)
 	s.checkAll(t)
 	// A go-back-N requester sends them again: each duplicate is
 	// acknowledged as far as it goes.
 	s.deliver(t, 12)
-	wantAck(t, s.out.take(), 12, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 12, bth.ACKSyndrome(0), 3)
 	// A gentle requester probes with its last packet: the ACK covers
 	// everything.
 	s.deliver(t, 15)
-	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 15, bth.ACKSyndrome(0), 3)
 	if c := s.qp.Counters(); c.OutOfSequence != 5 || c.PacketSeqErr != 2 || c.DuplicateRequest != 2 {
 		t.Errorf("counters %+v", *c)
 	}
 	// The next requests go on in order.
 	s.qp.Receive(0, req(t, bth.OpWriteOnly, 16, true, nil, reth(0x10000, s.wkey, 0)))
-	wantAck(t, s.out.take(), 16, bth.SyndromeACKNoCredits, 4)
+	wantAck(t, s.out.take(), 16, bth.ACKSyndrome(0), 4)
 }
 
 func TestResponderNAKsNextGapOnNextRequest(t *testing.T) {
@@ -138,13 +138,13 @@ func TestResponderNAKsNextGapOnNextRequest(t *testing.T) {
 	// 11 fills the first gap and 12 runs; 13 is missing too. The next
 	// request past it (the probe) draws its NAK.
 	s.deliver(t, 11)
-	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 0)
+	wantAck(t, s.out.take(), 11, bth.ACKSyndrome(1), 0)
 	s.deliver(t, 15)
 	wantAck(t, s.out.take(), 13, bth.SyndromePSNSeqErr, 0)
 	s.deliver(t, 13)
-	wantAck(t, s.out.take(), 13, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 13, bth.ACKSyndrome(0), 3)
 	s.deliver(t, 15)
-	wantAck(t, s.out.take(), 15, bth.SyndromeACKNoCredits, 3)
+	wantAck(t, s.out.take(), 15, bth.ACKSyndrome(0), 3)
 	s.checkAll(t)
 }
 
@@ -158,7 +158,7 @@ func TestResponderStashFull(t *testing.T) {
 		t.Fatalf("%d buffers out", s.st.out)
 	}
 	s.deliver(t, 11)
-	wantAck(t, s.out.take(), 11, bth.SyndromeACKNoCredits, 1)
+	wantAck(t, s.out.take(), 11, bth.ACKSyndrome(1), 1)
 	s.deliver(t, 14, 15)
 	if ps := s.out.take(); len(ps) != 2 {
 		t.Fatalf("answers %v", describe(ps))

@@ -99,7 +99,11 @@ type ResponderConfig struct {
 	PathMTU      stack.MTU // 0: 1024
 	Region       int       // bytes of the region (default 64 KiB)
 	Receives     int       // receives posted, each over the whole region (0: 16, negative: none)
-	QKey         uint32    // UD
+	// SRQ posts the receives on a shared receive queue: the QP's ACKs
+	// then advertise no end-to-end credits (code 31), as rdma_rxe's do;
+	// otherwise they count the receives left.
+	SRQ  bool
+	QKey uint32 // UD
 	// Access is what the QP grants remote requests (default: write,
 	// read and atomics).
 	Access stack.Access
@@ -154,7 +158,15 @@ func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
 	if r.CQ, err = r.Dev.CreateCQ(4096); err != nil {
 		return err
 	}
-	q, err := pd.CreateQP(stack.QPInit{Type: typ, SendCQ: r.CQ, RecvCQ: r.CQ, MaxSendWR: 64, MaxRecvWR: max(cfg.Receives, 1), MaxRecvSGE: 1})
+	init := stack.QPInit{Type: typ, SendCQ: r.CQ, RecvCQ: r.CQ, MaxSendWR: 64, MaxRecvWR: max(cfg.Receives, 1), MaxRecvSGE: 1}
+	var srq *stack.SRQ
+	if cfg.SRQ {
+		if srq, err = pd.CreateSRQ(stack.SRQInit{MaxWR: max(cfg.Receives, 1), MaxSGE: 1}); err != nil {
+			return err
+		}
+		init.SRQ = srq
+	}
+	q, err := pd.CreateQP(init)
 	if err != nil {
 		return err
 	}
@@ -177,7 +189,13 @@ func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
 		return err
 	}
 	for i := 0; i < cfg.Receives; i++ {
-		if err := q.PostRecv(&stack.RecvWR{ID: uint64(i), SG: []stack.SGE{r.MR.SGE(0, uint32(cfg.Region))}}); err != nil {
+		wr := &stack.RecvWR{ID: uint64(i), SG: []stack.SGE{r.MR.SGE(0, uint32(cfg.Region))}}
+		if srq != nil {
+			err = srq.PostRecv(wr)
+		} else {
+			err = q.PostRecv(wr)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -195,10 +213,18 @@ func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
 
 // NewSelfPeer starts a Responder set up as the recorded peer of end me
 // of c was: the recorded PSNs and path MTU, a region covering the
-// recorded requests and holding what the recording shows it held, and
-// receives for the recorded SENDs.
+// recorded requests and holding what the recording shows it held,
+// receives for the recorded SENDs, and on a shared receive queue when
+// the recorded peer's ACKs advertised no credits (as rdma_rxe's).
 func NewSelfPeer(c *Conversation, me int) (*Responder, error) {
 	peer := 1 - me
+	noCredits := true
+	for i := range c.Packets {
+		p := &c.Packets[i]
+		if p.From == peer && p.H.Info().Has(bth.HdrAETH) && p.H.Syndrome.Kind() == bth.AckKindACK && p.H.Syndrome.Value() != 31 {
+			noCredits = false
+		}
+	}
 	var vaBase, vaEnd uint64
 	vaSet := false
 	sends, maxPay := 0, 0
@@ -250,7 +276,7 @@ func NewSelfPeer(c *Conversation, me int) (*Responder, error) {
 		mtu++
 	}
 	r, err := NewResponder(ResponderConfig{Transport: c.Transport, Local: c.Ends[me], Peer: c.Ends[peer], RQPSN: ourPSN, SQPSN: peerPSN,
-		PathMTU: mtu, Region: size + 8, Receives: sends + 16, QKey: qkey})
+		PathMTU: mtu, Region: size + 8, Receives: sends + 16, QKey: qkey, SRQ: noCredits && c.Transport == bth.TransportRC})
 	if err != nil {
 		return nil, err
 	}

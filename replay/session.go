@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,18 +109,21 @@ type Answer struct {
 
 // Report is the outcome of a replay.
 type Report struct {
-	Conversation string         `json:"conversation"`
-	Played       string         `json:"played"`
-	Pace         string         `json:"pace"`
-	Sent         int            `json:"sent"`
-	Dropped      int            `json:"dropped,omitempty"`
-	Duplicated   int            `json:"duplicated,omitempty"`
-	Corrupted    int            `json:"corrupted,omitempty"`
-	Answers      []Answer       `json:"answers"`
-	Unexpected   []string       `json:"unexpected,omitempty"`
-	BadICRC      int            `json:"bad_icrc,omitempty"`
-	Differences  map[string]int `json:"differences,omitempty"` // counted fields, tolerated ones left out
-	Agree        bool           `json:"agree"`
+	Conversation string   `json:"conversation"`
+	Played       string   `json:"played"`
+	Pace         string   `json:"pace"`
+	Sent         int      `json:"sent"`
+	Dropped      int      `json:"dropped,omitempty"`
+	Duplicated   int      `json:"duplicated,omitempty"`
+	Corrupted    int      `json:"corrupted,omitempty"`
+	Answers      []Answer `json:"answers"`
+	Unexpected   []string `json:"unexpected,omitempty"`
+	// CNPs counts the congestion notifications the live peer sent: not
+	// answers (a conversation leaves the recorded ones out too).
+	CNPs        int            `json:"cnps,omitempty"`
+	BadICRC     int            `json:"bad_icrc,omitempty"`
+	Differences map[string]int `json:"differences,omitempty"` // counted fields, tolerated ones left out
+	Agree       bool           `json:"agree"`
 }
 
 // step is one packet this end sends.
@@ -458,6 +462,10 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 		s.rep.BadICRC++
 		return true
 	}
+	if p.Opcode() == bth.OpCNP {
+		s.rep.CNPs++
+		return true
+	}
 	var h bth.Headers
 	p.Headers(&h)
 	payload := p.Payload()
@@ -557,7 +565,7 @@ func (s *Session) compare(want *Packet, h *bth.Headers, payload []byte) []Diff {
 	info := w.Info()
 	if info.Has(bth.HdrAETH) {
 		if w.Syndrome != h.Syndrome {
-			add("syndrome", w.Syndrome.CodeName(), h.Syndrome.CodeName())
+			add("syndrome", synText(w.Syndrome), synText(h.Syndrome))
 		}
 		if w.MSN != h.MSN {
 			add("msn", w.MSN, h.MSN)
@@ -635,4 +643,13 @@ func (r *Report) SortedDifferences() []string {
 		return f[i] < f[j]
 	})
 	return f
+}
+
+// synText names a syndrome with its value: credits=31, rnr_timer=12, or
+// a NAK's code name.
+func synText(s bth.Syndrome) string {
+	if s.Kind() == bth.AckKindNAK {
+		return s.CodeName()
+	}
+	return s.CodeName() + "=" + strconv.Itoa(int(s.Value()))
 }
