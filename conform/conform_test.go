@@ -170,6 +170,7 @@ func TestParseErrors(t *testing.T) {
 		{"send write_only", "t.txt:1: send before the first scenario line"},
 		{"scenario a\nrule r\nsend write_sideways", `t.txt:3: unknown opcode "write_sideways"`},
 		{"scenario a\nrule r\nsend write_only psn=x", "t.txt:3: psn="},
+		{"scenario a\nrule r\nsend write_only psn=any", "t.txt:3: psn="}, // only an expected PSN may be any
 		{"scenario a\nrule r\nexpect ack syndrome=meh", "t.txt:3: syndrome="},
 		{"scenario a\nrule r\nsilence soon", "t.txt:3: silence"},
 		{"scenario a\nrule r\nfrobnicate", "t.txt:3: unknown keyword"},

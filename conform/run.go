@@ -270,7 +270,7 @@ func match(w *Pkt, h *bth.Headers, payload []byte, base bth.PSN) string {
 	if h.BTH.Opcode != w.Op {
 		return "opcode"
 	}
-	if rel := h.BTH.PSN.Sub(base); rel != w.PSN {
+	if rel := h.BTH.PSN.Sub(base); rel != w.PSN && !w.AnyPSN {
 		return fmt.Sprintf("psn %+d", rel)
 	}
 	info := h.Info()

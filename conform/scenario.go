@@ -66,6 +66,7 @@ type Pkt struct {
 	Op       bth.Opcode
 	Text     string // the line's fields, for messages
 	PSN      int
+	AnyPSN   bool // expected: psn=any, whatever the PSN
 	VA       int64
 	Len      int
 	DMALen   int // RETH length when it differs from Len (-1: as Len)
@@ -117,8 +118,8 @@ var opNames = func() map[string]bth.Opcode {
 // Fields of send: psn, va (an offset in the peer's region; negative
 // counts from its end), len, dmalen, fill (the payload's byte), data
 // (the payload in hex), rkey (good, bad or a number), ack (the A bit),
-// icrc=bad, pkey, add and compare (atomics). Fields of expect: psn,
-// syndrome (ack, rnr, seq, inv, access, op), msn, len, fill, data, orig
+// icrc=bad, pkey, add and compare (atomics). Fields of expect: psn (or
+// psn=any, where implementations differ), syndrome (ack, rnr, seq, inv, access, op), msn, len, fill, data, orig
 // (the atomic's original value). "receives N" (or "receives none") says
 // what the peer must have posted.
 func Parse(r io.Reader, file string) ([]*Scenario, error) {
@@ -261,13 +262,19 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 		case "data":
 			p.Data, err = hex.DecodeString(v)
 			p.HasLen, p.Len = true, len(p.Data)
-		case "psn", "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits", "rnrtimer":
+		case "psn":
+			if v == "any" && !send {
+				p.AnyPSN = true
+				break
+			}
+			if n, err = num(); err == nil {
+				p.PSN = int(n)
+			}
+		case "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits", "rnrtimer":
 			if n, err = num(); err != nil {
 				break
 			}
 			switch k {
-			case "psn":
-				p.PSN = int(n)
 			case "va":
 				p.VA = n
 			case "len":
