@@ -56,7 +56,10 @@ func TestReplayRxe(t *testing.T) {
 		}
 		steps = append(steps, replayStep("replay-"+c.capture, c.tool+" -d rxe0 "+c.flags, c.capture, 0, agrees, how...))
 	}
-	steps = append(steps, replayStep("replay-rc_pingpong", "ibv_rc_pingpong -d rxe0 -g 1 -n 5 -s 64", "rc_pingpong.pcap", 0, agrees, "--pingpong"))
+	for _, tr := range []string{"rc", "uc", "ud"} {
+		tool := "ibv_" + tr + "_pingpong"
+		steps = append(steps, replayStep("replay-"+tr+"_pingpong", tool+" -d rxe0 -g 1 -n 5 -s 64", tr+"_pingpong.pcap", 0, agrees, "--pingpong"))
+	}
 	// The project's own captures (pcaps/rxe-6.1): uroce's side of a run
 	// with rxe, or rxe's side of a run with uroce, played at rxe.
 	own := filepath.Join("..", "..", "pcaps", "rxe-6.1")
@@ -79,7 +82,7 @@ func TestReplayRxe(t *testing.T) {
 	// sequence NAK, where the recording has none.
 	drop := replayStep("replay-write_bw-drop2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 1,
 		func(t *testing.T, out string) {
-			if !strings.Contains(out, "syndrome credits -> psn_sequence_error") || !strings.Contains(out, "1 dropped") {
+			if !strings.Contains(out, "syndrome credits=31 -> psn_sequence_error") || !strings.Contains(out, "1 dropped") {
 				t.Errorf("the replay with a drop does not name the NAK:\n%s", out)
 			}
 		}, "--perftest", "ib_write_bw", "--drop", "2")
