@@ -123,19 +123,7 @@ var (
 // read and atomic print the client's line, the others their own.
 func checkPerf(t *testing.T, name string, tool perfTool, guestClient bool, g, u string) {
 	t.Helper()
-	addrs := func(s, side string) []string {
-		var out []string
-		for _, m := range perfAddrRE.FindAllStringSubmatch(s, -1) {
-			if m[1] == side {
-				out = append(out, m[2]+" / "+m[3])
-			}
-		}
-		return out
-	}
-	gl, gr, ul, ur := addrs(g, "local"), addrs(g, "remote"), addrs(u, "local"), addrs(u, "remote")
-	if len(gl) == 0 || strings.Join(gl, "|") != strings.Join(ur, "|") || strings.Join(ul, "|") != strings.Join(gr, "|") {
-		t.Errorf("%s: addresses do not match:\nguest local %q\nuroce remote %q\nuroce local %q\nguest remote %q", name, gl, ur, ul, gr)
-	}
+	checkPerfAddrs(t, name, g, u)
 	lat := strings.Contains(tool.ours, "--lat")
 	if !lat {
 		gm, um := bwLineRE.FindAllStringSubmatch(g, -1), bwLineRE.FindAllStringSubmatch(u, -1)
@@ -199,6 +187,25 @@ func checkPerf(t *testing.T, name string, tool perfTool, guestClient bool, g, u 
 		}
 		recordFigure(t, fmt.Sprintf("%s/%s", name, um[i][1]), fmt.Sprintf("uroce: typical %s us, average %s us; rxe: typical %s us, average %s us",
 			um[i][5], um[i][6], gm[i][5], gm[i][6]))
+	}
+}
+
+// checkPerfAddrs checks that each side names the other's QPs as they
+// named themselves.
+func checkPerfAddrs(t *testing.T, name, g, u string) {
+	t.Helper()
+	addrs := func(s, side string) []string {
+		var out []string
+		for _, m := range perfAddrRE.FindAllStringSubmatch(s, -1) {
+			if m[1] == side {
+				out = append(out, m[2]+" / "+m[3])
+			}
+		}
+		return out
+	}
+	gl, gr, ul, ur := addrs(g, "local"), addrs(g, "remote"), addrs(u, "local"), addrs(u, "remote")
+	if len(gl) == 0 || strings.Join(gl, "|") != strings.Join(ur, "|") || strings.Join(ul, "|") != strings.Join(gr, "|") {
+		t.Errorf("%s: addresses do not match:\nguest local %q\nuroce remote %q\nuroce local %q\nguest remote %q", name, gl, ur, ul, gr)
 	}
 }
 

@@ -73,12 +73,15 @@ func (s *session) runBW(size uint64) (pt.Report, error) {
 
 // runBWServer is ib_send_bw's server (run_iter_bw_server): it counts the
 // receives and reposts each while more messages are due. Its report has no
-// peak, as perftest's server has none.
+// peak, as perftest's server has none. In duration mode its clock starts
+// with the first receive, every receive is reposted, and the report is
+// the rate of the receives while the clock sampled.
 func (s *session) runBWServer(size uint64) (pt.Report, error) {
 	cfg := &s.cfg
 	nq := len(s.qps)
 	iters := uint64(cfg.Iters)
 	tot := iters * uint64(nq)
+	dur := cfg.Duration > 0
 	rcnt := make([]uint64, nq)
 	postedPerQP := make([]uint64, nq)
 	next := make([]uint64, nq)
@@ -88,16 +91,30 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 		// ctx_set_recv_wqes leaves it.
 		next[i] = s.recvBase(i)
 	}
-	var total uint64
+	var clock durClock
+	ctx := s.ctx
+	cancel := func() {}
+	defer func() { cancel() }()
+	var total, counted uint64
 	var first, last int64
-	for total < tot {
-		wcs, err := s.poll(s.ctx, s.recvCQ)
+	for dur || total < tot {
+		wcs, err := s.pollEnd(ctx, s.recvCQ)
 		if err != nil {
 			return pt.Report{}, err
 		}
+		now := time.Now()
+		if dur && total > 0 && clock.ended(now) {
+			break
+		}
 		if total == 0 {
 			first = s.now()
+			if dur {
+				// set_on_first_rx_packet
+				clock = s.newClock(now)
+				ctx, cancel = s.until(&clock)
+			}
 		}
+		sampling := dur && clock.sampling(now)
 		for k := range wcs {
 			wc := &wcs[k]
 			i := int(wc.ID)
@@ -109,53 +126,43 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 			}
 			rcnt[i]++
 			total++
-			if postedPerQP[i]+1 <= iters {
+			if sampling {
+				counted++
+			}
+			if dur || postedPerQP[i]+1 <= iters {
 				if err := s.qps[i].PostRecv(s.recvWRAt(i, next[i], size)); err != nil {
 					return pt.Report{}, fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, rcnt[i], err)
 				}
 				postedPerQP[i]++
-				next[i] = s.incLoc(next[i], s.recvBase(i), size, postedPerQP[i])
+				next[i] = s.incRecv(next[i], s.recvBase(i), size, postedPerQP[i])
 			}
 		}
 	}
-	last = s.now()
-	secs := float64(last-first) / 1e9
-	format := float64(0x100000)
-	if cfg.Gbits {
-		format = 125000000
+	if dur {
+		return s.rateReport(size, counted, clock.sample()), nil
 	}
-	rep := pt.Report{Size: size, Iters: tot}
-	if secs > 0 {
-		rep.BWAvg = float64(size) * float64(tot) / (secs * format)
-		rep.MsgRate = float64(tot) / (secs * 1e6)
+	last = s.now()
+	rep := s.rateReport(size, tot, float64(last-first)/1e9)
+	if last == first {
+		rep.BWAvg, rep.MsgRate = 0, 0
 	}
 	return rep, nil
 }
 
 // runBWDuration is the client's run in duration mode (-D, run_iter_bw
 // with test_type DURATION): requests go for Duration; the completions
-// that come between the first and the last Margin are counted (in units
-// of cq_mod, as perftest counts them) and the report is their rate over
-// that window, with no peak (perftest's duration mode sets noPeak).
+// that come while the clock samples are counted (in units of cq_mod, as
+// perftest counts them) and the report is their rate over the sample,
+// with no peak (perftest's duration mode sets noPeak).
 func (s *session) runBWDuration(size uint64) (pt.Report, error) {
-	cfg := &s.cfg
 	nq := len(s.qps)
 	c := s.newBWCursor(size)
 	scnt, ccnt, tx, cqMod := c.scnt, c.ccnt, c.tx, c.cqMod
-	start := time.Now()
-	sampleFrom, sampleTo, end := start.Add(cfg.Margin), start.Add(cfg.Duration-cfg.Margin), start.Add(cfg.Duration)
+	clock := s.newClock(time.Now())
 	var counted uint64
-	var t0, t1 time.Time
 	var totS, totC uint64
 	for {
-		now := time.Now()
-		if t0.IsZero() && !now.Before(sampleFrom) {
-			t0 = now
-		}
-		if t1.IsZero() && !now.Before(sampleTo) {
-			t1 = now
-		}
-		stopping := !now.Before(end)
+		stopping := clock.ended(time.Now())
 		for i, q := range s.qps {
 			// Past the end, only what completes a signaled group
 			// still goes, so that every request's completion comes.
@@ -173,7 +180,7 @@ func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 		if err != nil {
 			return pt.Report{}, err
 		}
-		sampling := !t0.IsZero() && t1.IsZero()
+		sampling := clock.sampling(time.Now())
 		for k := range wcs {
 			wc := &wcs[k]
 			if err := s.checkSendWC(wc, nq, totS, totC); err != nil {
@@ -186,13 +193,128 @@ func (s *session) runBWDuration(size uint64) (pt.Report, error) {
 			}
 		}
 	}
-	window := t1.Sub(t0).Seconds()
-	format := float64(0x100000)
-	if cfg.Gbits {
-		format = 125000000
+	return s.rateReport(size, counted, clock.sample()), nil
+}
+
+// runBi is ib_send_bw -b (run_iter_bi), on both sides at once: each QP
+// keeps tx_depth SENDs in flight as runBW does while the receives are
+// counted and reposted as runBWServer does, both completing on one CQ.
+// The server sends only once the client's first message has arrived. The
+// report is runBW's, from the sends. In duration mode the client's
+// clock starts with the run, the server's with its first receive; the
+// receives and the send completions (in units of cq_mod) of the sample
+// are counted together, and the run stops at the end without waiting
+// for what is in flight, as perftest's does.
+func (s *session) runBi(size uint64) (pt.Report, error) {
+	cfg := &s.cfg
+	nq := len(s.qps)
+	iters := uint64(cfg.Iters)
+	tot := iters * uint64(nq)
+	dur := cfg.Duration > 0
+	c := s.newBWCursor(size)
+	scnt, ccnt, tx, cqMod := c.scnt, c.ccnt, c.tx, c.cqMod
+	pl := min(uint64(cfg.PostList), tx)
+	var posted, completed []int64
+	if !dur {
+		posted, completed = make([]int64, tot), make([]int64, tot)
 	}
-	return pt.Report{Size: size, Iters: counted, BWAvg: float64(size) * float64(counted) / (window * format),
-		MsgRate: float64(counted) / (window * 1e6)}, nil
+	rcnt := make([]uint64, nq)
+	postedPerQP := make([]uint64, nq)
+	next := make([]uint64, nq)
+	for i := range s.qps {
+		postedPerQP[i] = uint64(cfg.RxDepth)
+		next[i] = s.recvBase(i)
+	}
+	var clock durClock
+	started := false
+	ctx := s.ctx
+	cancel := func() {}
+	defer func() { cancel() }()
+	start := func(now time.Time) {
+		clock, started = s.newClock(now), true
+		ctx, cancel = s.until(&clock)
+	}
+	sending := cfg.Client
+	if dur && sending {
+		start(time.Now())
+	}
+	var totS, totC, totR, counted uint64
+	for {
+		if dur && started && clock.ended(time.Now()) || !dur && totC >= tot && totR >= tot {
+			break
+		}
+		for i, q := range s.qps {
+			for sending && (dur || scnt[i] < iters) && scnt[i]-ccnt[i]+pl <= tx {
+				for range pl {
+					if !dur {
+						posted[totS] = s.now()
+					}
+					if err := s.postBW(c, i, q, size, !dur && scnt[i] == iters-1); err != nil {
+						return pt.Report{}, err
+					}
+					totS++
+				}
+			}
+		}
+		wcs, err := s.pollEnd(ctx, s.sendCQ)
+		if err != nil {
+			return pt.Report{}, err
+		}
+		now := time.Now()
+		for k := range wcs {
+			wc := &wcs[k]
+			if wc.Opcode == stack.WCRecv {
+				i := int(wc.ID)
+				if i >= nq {
+					return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+				}
+				if wc.Status != qp.WCSuccess {
+					return pt.Report{}, s.recvFailed(wc, totR)
+				}
+				if !sending {
+					sending = true
+					if dur {
+						start(now)
+					}
+				}
+				rcnt[i]++
+				totR++
+				if dur && clock.sampling(now) {
+					counted++
+				}
+				if dur || postedPerQP[i]+1 <= iters {
+					if err := s.qps[i].PostRecv(s.recvWRAt(i, next[i], size)); err != nil {
+						return pt.Report{}, fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, rcnt[i], err)
+					}
+					postedPerQP[i]++
+					next[i] = s.incRecv(next[i], s.recvBase(i), size, postedPerQP[i])
+				}
+				continue
+			}
+			if err := s.checkSendWC(wc, nq, totS, totC); err != nil {
+				return pt.Report{}, err
+			}
+			ccnt[wc.ID] += cqMod
+			totC += cqMod
+			switch {
+			case dur:
+				if started && clock.sampling(now) {
+					counted += cqMod
+				}
+			case totC > tot:
+				completed[tot-1] = s.now()
+			default:
+				completed[totC-1] = s.now()
+			}
+		}
+	}
+	if dur {
+		return s.rateReport(size, counted, clock.sample()), nil
+	}
+	if completed[0] == 0 {
+		completed[0] = math.MaxInt64 / 2 // as in runBW
+	}
+	return pt.MeasureBW(size, posted, completed, int(cqMod), 1e9, cfg.Gbits)
 }
 
 // bwCursor is where a bandwidth client's QPs are: requests posted

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -44,12 +45,13 @@ options (as perftest's):
   -Q, --cq-mod=N           signal every N-th completion (default 100)
   -I, --inline_size=N      send messages of at most N bytes inline (write, send; default 0)
   -l, --post_list=N        post requests in lists of N (bw tests)
-  -D, --duration=SECONDS   run for SECONDS instead of -n (write, read and atomic bw)
+  -D, --duration=SECONDS   run for SECONDS instead of -n
   -f, --margin=SECONDS     measure within these margins of -D (default a quarter of it)
+  -b, --bidirectional      both sides send at once (bw tests)
   -o, --outs=N             outstanding reads/atomics (read, atomic)
   -u, --qp-timeout=N       QP timeout (default 14)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (default)
-  -c, --connection=RC|UC   connection type (default RC; UC: write and send)
+  -c, --connection=TYPE    RC (default), UC (write and send) or UD (send)
   -F, --CPU-freq           accepted (uroce measures with the monotonic clock)
   -e, --events             accepted (uroce always sleeps on its CQs)
       --report_gbits       report in Gb/s
@@ -168,11 +170,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.CQMod, "Q", "cq-mod")
 	ints(&cfg.Inline, "I", "inline_size")
 	ints(&cfg.PostList, "l", "post_list")
-	duration, margin := 0, -1
+	duration, margin := noDuration, -1
 	ints(&duration, "D", "duration")
 	ints(&margin, "f", "margin")
 	ints(&cfg.OutReads, "o", "outs")
 	ints(&cfg.QPTimeout, "u", "qp-timeout")
+	bools(&cfg.Duplex, "b", "bidirectional")
 	strs(&atomicType, "A", "atomic_type")
 	strs(&conn, "c", "connection")
 	bools(&cpuFreq, "F", "CPU-freq")
@@ -191,7 +194,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ints(&cfg.ReadWindow, "read-window")
 	var unsupported []string
 	bools(&cfg.RDMACM, "R", "rdma_cm")
-	for _, n := range []string{"b", "bidirectional", "z", "com_rdma_cm", "run_infinitely"} {
+	for _, n := range []string{"z", "com_rdma_cm", "run_infinitely"} {
 		n := n
 		fs.BoolFunc(n, "", func(string) error { unsupported = append(unsupported, n); return nil })
 	}
@@ -223,9 +226,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage(fmt.Errorf("port %d", port))
 	case ibPort != 1:
 		return usage(fmt.Errorf("ib-port %d: a uroce device has port 1 only", ibPort))
-	case conn == "UD" || conn == "XRC" || conn == "DC" || conn == "SRD":
-		return usage(fmt.Errorf("connection type %s: %w (RC and UC)", conn, ErrUnsupported))
-	case conn != "" && conn != "RC" && conn != "UC":
+	case conn == "XRC" || conn == "DC" || conn == "SRD":
+		return usage(fmt.Errorf("connection type %s: %w (RC, UC and UD)", conn, ErrUnsupported))
+	case conn != "" && conn != "RC" && conn != "UC" && conn != "UD":
 		return usage(errors.New("Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}"))
 	case cfg.LateRecv > 0 && cfg.Tool != pt.SendBW:
 		return usage(errors.New("--late-recv applies to the send bandwidth test only"))
@@ -242,11 +245,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if atomicType != "" && cfg.Tool.Verb() != pt.Atomic {
 		return usage(errors.New("-A applies to the atomic test only"))
 	}
-	cfg.UC = conn == "UC"
-	if duration < 0 {
-		return usage(errors.New("Duration period must be positive"))
+	cfg.UC, cfg.UD = conn == "UC", conn == "UD"
+	if duration != noDuration {
+		// perftest: -D takes a positive count of seconds, and not
+		// with events.
+		switch {
+		case duration <= 0:
+			fmt.Fprintln(stderr, "uroce perf: Duration period must be positive")
+			return 1
+		case events:
+			fmt.Fprint(stdout, pt.ResultLine)
+			fmt.Fprintln(stderr, "uroce perf: Duration mode doesn't work with events.")
+			return 1
+		}
+		cfg.Duration = time.Duration(duration) * time.Second
 	}
-	cfg.Duration = time.Duration(duration) * time.Second
 	if margin >= 0 {
 		cfg.Margin, cfg.marginSet = time.Duration(margin)*time.Second, true
 	}
@@ -295,6 +308,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// noDuration is -D's value when not given.
+const noDuration = math.MinInt
 
 // resolveIPv4 returns host's IPv4 address, as perftest's rdma_getaddrinfo
 // with AF_INET hints finds it.

@@ -33,7 +33,10 @@ const (
 	maxRx          = 16384
 	maxCQMod       = 1024
 	maxInline      = 912 // perftest's MAX_INLINE
+	maxInlineUD    = 884 // MAX_INLINE_UD
 	ucMaxRx        = 16000
+	udAddition     = 40         // UD_ADDITION: the GRH at the head of a UD receive
+	udQKey         = 0x11111111 // DEF_QKEY (and DEFF_QKEY), both sides
 	maxQPs         = 16384
 	minRNRTimer    = 12
 	addValue       = 1 // ATOMIC_ADD_VALUE
@@ -78,14 +81,26 @@ type Config struct {
 	// Inline is -I: messages of at most this many bytes (WRITE, SEND)
 	// go inline, copied into the work request (default 0, none).
 	Inline int
-	// Duration is -D: a bandwidth client of WRITE, READ or atomics runs
-	// this long instead of Iters, and reports the rate of what
-	// completed between the first and the last Margin (-f; default a
-	// quarter of the duration, as perftest's).
+	// Duration is -D: the test runs this long instead of Iters, and
+	// reports what completed between the first and the last Margin (-f;
+	// default a quarter of the duration, as perftest's). A bandwidth
+	// client (and with Duplex both sides) reports the rate of its
+	// completions, ib_send_bw's server that of its receives, counted
+	// from the first; the latency tools print the average latency and
+	// the transactions per second of the sampled time instead of their
+	// statistics.
 	Duration, Margin time.Duration
 	marginSet        bool
 	// UC is -c UC: unreliable connected QPs (WRITE and SEND only).
 	UC bool
+	// UD is -c UD: unreliable datagram QPs (ib_send_bw and ib_send_lat).
+	// Messages are at most the agreed MTU: a larger -s is refused, the
+	// default size and -a's largest are cut to it. Each receive holds
+	// the 40 bytes of the GRH before the message.
+	UD bool
+	// Duplex is -b (bandwidth tools): both sides send at once; each
+	// prints its own iterations with the sum of both sides' rates.
+	Duplex bool
 	// PostList is -l: the bandwidth client posts its requests in lists
 	// of this many (default 1); the CQ moderation is then the list's
 	// size unless -Q says otherwise.
@@ -141,6 +156,7 @@ type Config struct {
 	// set by normalize
 	normalized bool
 	reqCQMod   bool
+	sizeSet    bool // -s was given
 	sizes      []uint64
 }
 
@@ -176,6 +192,7 @@ func (c *Config) normalize() error {
 	}
 	bw := c.Tool.BW()
 	verb := c.verb()
+	c.sizeSet = c.Size != 0
 	if c.Size == 0 {
 		switch {
 		case verb == pt.Atomic:
@@ -202,12 +219,6 @@ func (c *Config) normalize() error {
 		c.RxDepth = 1
 		if verb == pt.Send {
 			c.RxDepth = DefaultRxSend
-			if c.UC {
-				// perftest: a UC receiver keeps every message's
-				// receive posted (UC_MAX_RX at most), nothing
-				// being resent.
-				c.RxDepth = min(c.Iters, ucMaxRx)
-			}
 		}
 	}
 	if c.CQMod == 0 {
@@ -248,14 +259,26 @@ func (c *Config) normalize() error {
 	if c.PostList == 0 {
 		c.PostList = 1
 	}
+	switch {
+	case c.UD && verb != pt.Send:
+		return errors.New("UD connection only possible in SEND verb")
+	case c.UD && c.UC:
+		return errors.New("UD and UC together")
+	case c.UD && c.RDMACM:
+		return fmt.Errorf("UD with -R (rdma_cm): %w", ErrUnsupported)
+	case c.Duplex && !bw:
+		return errors.New("Bidirectional is only available in BW test")
+	case c.Duplex && c.RDMACM:
+		return fmt.Errorf("bidirectional (-b) with -R (rdma_cm): %w", ErrUnsupported)
+	case c.Duplex && c.LateRecv > 0:
+		return errors.New("--late-recv is for the one-way send test")
+	}
 	if c.Duration > 0 {
 		switch {
 		case c.Duration%time.Second != 0 || c.Margin%time.Second != 0:
 			return errors.New("duration and margin are whole seconds")
-		case !bw || verb == pt.Send:
-			return fmt.Errorf("duration mode (-D) with %v: %w (uroce runs it for the WRITE, READ and atomic bandwidth tests)", c.Tool, ErrUnsupported)
 		case c.All:
-			return fmt.Errorf("duration mode (-D) with -a: %w", ErrUnsupported)
+			return errors.New("Duration mode currently doesn't support running on all sizes.")
 		}
 		if !c.marginSet {
 			c.Margin = c.Duration / 4 / time.Second * time.Second
@@ -275,7 +298,7 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("Send Post List size %d: must be positive", c.PostList)
 	case c.PostList > 1 && !bw:
 		return errors.New("Post list is supported in BW tests only")
-	case c.PostList > 1 && c.Iters%c.PostList != 0:
+	case c.PostList > 1 && c.Duration == 0 && c.Iters%c.PostList != 0:
 		return errors.New("Number of iterations must be a multiple of post list size")
 	case c.PostList > 1 && c.reqCQMod && c.PostList%c.CQMod != 0:
 		return errors.New("Post list size must be a multiple of CQ moderation")
@@ -287,13 +310,21 @@ func (c *Config) normalize() error {
 		fmt.Fprint(c.Stdout, pt.ResultLine+"Post List requested - CQ moderation will be the size of the post list\n")
 	}
 	// force_dependecies
-	if c.TxDepth > c.Iters && c.Duration == 0 {
-		c.TxDepth = c.Iters
+	if c.Duration == 0 {
+		if c.TxDepth > c.Iters {
+			c.TxDepth = c.Iters
+		}
+		if verb == pt.Send && c.RxDepth > c.Iters {
+			c.RxDepth = c.Iters
+		}
+		if (c.UC || c.UD) && c.RxDepth == DefaultRxSend {
+			// A UC or UD receiver keeps every message's receive
+			// posted (UC_MAX_RX at most), nothing being resent.
+			c.RxDepth = min(c.Iters, ucMaxRx)
+		}
 	}
-	if verb == pt.Send && c.RxDepth > c.Iters {
-		c.RxDepth = c.Iters
-	}
-	if c.Size > cqModSizeLimit && !c.All && !c.reqCQMod {
+	if c.Size > cqModSizeLimit && !c.UD && !c.All && !c.reqCQMod {
+		// Not over UD, whose messages are no larger than the MTU.
 		c.CQMod = 1
 	}
 	if c.CQMod > c.TxDepth {
@@ -307,6 +338,11 @@ func (c *Config) normalize() error {
 	}
 	if verb == pt.Atomic && c.Size != DefaultSizeAtomic {
 		return errors.New("message size cannot be changed for Atomic tests")
+	}
+	if c.UD && c.Inline > maxInlineUD {
+		fmt.Fprint(c.Stdout, pt.ResultLine)
+		fmt.Fprintf(c.Stderr, "Setting inline size to %d (Max inline size in UD)\n", maxInlineUD)
+		c.Inline = maxInlineUD
 	}
 	c.sizes = []uint64{c.Size}
 	if c.All {

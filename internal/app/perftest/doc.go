@@ -43,13 +43,42 @@
 // -c UC runs the write and send tools over UC QPs (perftest refuses UC
 // with READ, atomics and -R, and so does uroce).
 //
-// -D SECONDS (with -f, the margins) runs the WRITE, READ and atomic
-// bandwidth clients for a time instead of -n, reporting what completed
-// within the margins, without a peak, as perftest's duration mode does.
+// -c UD runs ib_send_bw and ib_send_lat over UD QPs, as perftest does:
+// Q_Key 0x11111111 on both sides (not exchanged), the keys carrying the
+// QPN and PSN, an address handle for the peer's GID where the side sends
+// (its QPN and the Q_Key in every SEND); every receive is 40 bytes
+// longer, for the GRH, and starts 40 bytes short of a cache line so that
+// the message lands on one; the buffer has a cache line more. The message
+// is at most the agreed MTU: after the MTU exchange a larger -s is
+// refused ("Max message size in UD cannot be greater than MTU"), the
+// default size and -a's sizes are cut to it (saying "Max msg size in UD
+// is MTU"). As with UC the receiver posts a receive for every message
+// (16000 at most); CQ moderation is not turned off for large sizes.
 //
-// Not implemented: bidirectional tests (-b), duration mode for the send
-// and latency tools, UD connections (-c UD), SRQ, -z and events (-e is
-// accepted: uroce always sleeps on its completion queues).
+// -D SECONDS (with -f, the margins) runs a test for a time instead of
+// -n, as perftest's duration mode does: what completes between the first
+// and the last margin is counted. The bandwidth clients (with -b both
+// sides) report the rate of their completions and ib_send_bw's server
+// that of its receives (its clock starting with the first), without a
+// peak; the latency tools print " #bytes #iterations t_avg[usec] tps
+// average" instead of their statistics, the average being the sampled
+// time over the iterations (halved for the ping-pongs), ib_send_lat's
+// sides starting their clocks with their first receive. Receive depths
+// are not cut to -n in duration mode.
+//
+// -b runs the bandwidth tools in both directions at once: both sides'
+// QPs go to RTS and both run the client's loop (ib_send_bw's
+// run_iter_bi: sending while counting and reposting receives, the server
+// sending once the client's first message arrived, sends and receives
+// completing on one CQ here); after each run the sides exchange their
+// reports and each prints its own iterations with the sum of both
+// sides' peak, average and message rate. ib_send_bw -b -D exchanges no
+// reports: each side prints its own line, counting both directions.
+// perftest refuses -b for the latency tools; uroce refuses -b and -c UD
+// with -R too.
+//
+// Not implemented: SRQ, -z and events (-e is accepted, but not with -D,
+// which perftest refuses: uroce always sleeps on its completion queues).
 //
 // uroce's own options: Config.BadRKey makes every RDMA operation of the
 // test hit a key the peer does not have (a remote access error case),

@@ -1,7 +1,9 @@
 package perftest
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -14,13 +16,14 @@ import (
 	"github.com/uroce/uroce/verbs"
 )
 
-// pollOne waits for one completion on cq.
-func (s *session) pollOne(cq verbs.CQ) (verbs.WC, error) {
+// pollOne waits for one completion on cq, under ctx (the run's, or a
+// duration run's that ends with it).
+func (s *session) pollOne(ctx context.Context, cq verbs.CQ) (verbs.WC, error) {
 	for {
 		if cq.Poll(s.wcs[:1]) == 1 {
 			return s.wcs[0], nil
 		}
-		if err := cq.Wait(s.ctx); err != nil {
+		if err := cq.Wait(ctx); err != nil {
 			return verbs.WC{}, fmt.Errorf("poll CQ failed: %w", err)
 		}
 	}
@@ -98,10 +101,16 @@ func (s *session) waitByte(q verbs.QP, off uint64, want byte) error {
 	return nil
 }
 
+// errEnded is waitByte's answer when a duration run's end comes first.
+var errEnded = errors.New("the duration ended")
+
 // waitErr says why waitByte must stop waiting, if it must.
 func (s *session) waitErr(q verbs.QP) error {
 	if err := s.ctx.Err(); err != nil {
 		return fmt.Errorf("waiting for the peer's write: %w", err)
+	}
+	if !s.waitEnd.IsZero() && !time.Now().Before(s.waitEnd) {
+		return errEnded
 	}
 	if q.State() == stack.StateErr {
 		return fmt.Errorf("waiting for the peer's write: qp %#x is in the error state", q.QPN())
@@ -139,7 +148,7 @@ func (s *session) runLatWrite(size uint64) ([]int64, error) {
 			}
 		}
 		if ccnt < iters {
-			wc, err := s.pollOne(s.sendCQ)
+			wc, err := s.pollOne(s.ctx, s.sendCQ)
 			if err != nil {
 				return nil, err
 			}
@@ -177,7 +186,7 @@ func (s *session) runLatRead(size uint64) ([]int64, error) {
 		if err := q.PostSend(wr); err != nil {
 			return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
-		wc, err := s.pollOne(s.sendCQ)
+		wc, err := s.pollOne(s.ctx, s.sendCQ)
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +210,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 	var scnt, rcnt uint64
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && cfg.Client) {
-			wc, err := s.pollOne(s.recvCQ)
+			wc, err := s.pollOne(s.ctx, s.recvCQ)
 			if err != nil {
 				return nil, err
 			}
@@ -227,7 +236,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 			}
 			if signaled {
-				wc, err := s.pollOne(s.sendCQ)
+				wc, err := s.pollOne(s.ctx, s.sendCQ)
 				if err != nil {
 					return nil, err
 				}

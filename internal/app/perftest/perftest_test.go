@@ -258,21 +258,20 @@ func TestBadRKey(t *testing.T) {
 	}
 }
 
-// TestRNR: a send_bw server with one receive posted at a time makes the
-// client meet RNR NAKs; with the stock rnr_retry (7: forever) the test
-// completes, with rnr_retry 0 the client fails with "RNR retry counter
-// exceeded".
+// TestRNR: a send_bw server with one receive posted at a time completes
+// the run (its ACKs' credits pace the client); one that posts its
+// receives late makes the client meet an RNR NAK, and with rnr_retry 0
+// fail with "RNR retry counter exceeded".
 func TestRNR(t *testing.T) {
 	p := apptest.NewPair(t, 1500, nil)
 	srv := Config{Tool: pt.SendBW, Size: 64, Iters: 20, RxDepth: 1, GIDIndex: AutoGID}
 	cli := Config{Tool: pt.SendBW, Size: 64, Iters: 20, GIDIndex: AutoGID}
+	// One receive at a time: the server's ACKs advertise its credits,
+	// and the client sends within them (one probe past them at most), so
+	// the run completes.
 	s, c := runPair(t, p, srv, cli)
 	if s.err != nil || c.err != nil {
 		t.Fatalf("server: %v, client: %v", s.err, c.err)
-	}
-	ctr := p.A.Counters()
-	if ctr.Map()["send_rnr_err"] == 0 {
-		t.Errorf("the server sent no RNR NAK: %v", ctr.Map())
 	}
 	// Receives posted only after the run started: the first SENDs meet
 	// none, and the client's rnr_retry 0 fails at once.
@@ -308,10 +307,15 @@ func TestConfigErrors(t *testing.T) {
 		"uc read":     {Tool: pt.ReadBW, UC: true},
 		"uc atomic":   {Tool: pt.AtomicBW, UC: true},
 		"uc rdma_cm":  {Tool: pt.WriteBW, UC: true, RDMACM: true},
-		"-D send":     {Tool: pt.SendBW, Duration: time.Second},
-		"-D lat":      {Tool: pt.WriteLat, Duration: time.Second},
 		"-D margin":   {Tool: pt.WriteBW, Duration: 4 * time.Second, Margin: 2 * time.Second, marginSet: true},
 		"-D all":      {Tool: pt.WriteBW, Duration: time.Second, All: true},
+		"-D lat all":  {Tool: pt.SendLat, Duration: time.Second, All: true},
+		"ud write":    {Tool: pt.WriteBW, UD: true},
+		"ud read lat": {Tool: pt.ReadLat, UD: true},
+		"ud atomic":   {Tool: pt.AtomicBW, UD: true},
+		"ud rdma_cm":  {Tool: pt.SendBW, UD: true, RDMACM: true},
+		"-b lat":      {Tool: pt.SendLat, Duplex: true},
+		"-b rdma_cm":  {Tool: pt.WriteBW, Duplex: true, RDMACM: true},
 	} {
 		cfg.Connect = func(context.Context) (net.Conn, error) { return nil, errors.New("unused") }
 		if err := cfg.normalize(); err == nil {

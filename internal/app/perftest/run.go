@@ -28,8 +28,12 @@ type Result struct {
 	// ib_write_bw, ib_read_bw and ib_atomic_bw receives it.
 	Reports      []pt.Report
 	RemoteReport *pt.Report
-	// Lat are this side's latency figures per run (lat tools).
-	Lat []pt.LatStats
+	// RemoteReports are the peer's reports per run (-b).
+	RemoteReports []pt.Report
+	// Lat are this side's latency figures per run (lat tools), LatDur
+	// in duration mode (-D).
+	Lat    []pt.LatStats
+	LatDur []pt.LatDurStats
 }
 
 // ErrCompletion is returned (wrapped) when a work completion fails.
@@ -51,6 +55,7 @@ type session struct {
 	sendCQ verbs.CQ
 	recvCQ verbs.CQ
 	qps    []verbs.QP
+	ahs    []verbs.AH // UD: the peer's QP i, where this side sends
 	local  []pt.Dest
 	remote []pt.Dest
 	// cmConns are the test QPs' rdma_cm connections (-R).
@@ -64,6 +69,7 @@ type session struct {
 	res       *Result
 	initial   []byte // the buffer before the test (Verify)
 	start     time.Time
+	waitEnd   time.Time // duration mode: waitByte gives up then
 	wcs       []verbs.WC
 	// The work requests posted, kept here so that posting them through
 	// the interfaces allocates nothing.
@@ -119,9 +125,12 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 	if cfg.Client {
 		role = pt.Client
 	}
-	seq := pt.Config{Tool: cfg.Tool, Role: role, QPs: cfg.QPs, Runs: len(cfg.sizes), All: cfg.All, CM: cfg.RDMACM}
+	seq := pt.Config{Tool: cfg.Tool, Role: role, QPs: cfg.QPs, Runs: len(cfg.sizes), All: cfg.All, CM: cfg.RDMACM,
+		Duplex: cfg.Duplex, Duration: cfg.Duration > 0}
 	params := pt.Params{MTU: s.portMTU()}
 	hooks := pt.Hooks{
+		Agreed:    s.agree,
+		Reported:  s.reported,
 		Local:     s.setup,
 		CMConnect: s.cmConnect,
 		Connect:   s.connect,
@@ -147,7 +156,7 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 			return res, err
 		}
 	}
-	if r.HasReport && !cfg.Client {
+	if r.HasReport && !cfg.Client && !cfg.Duplex {
 		rep := r.RemoteReport
 		res.RemoteReport = &rep
 		io.WriteString(out, pt.BWLine(rep, cfg.Gbits))
@@ -220,6 +229,50 @@ func (s *session) pickGID() error {
 	return nil
 }
 
+// agree is the Agreed hook, check_mtu's part: over UD a message is at
+// most the agreed MTU. A larger -s is refused; the default size and
+// -a's sizes are cut to it. It returns the number of runs.
+func (s *session) agree(a pt.Agreed) (int, error) {
+	cfg := &s.cfg
+	mtu := uint64(a.MTU.Bytes())
+	if !cfg.UD || cfg.Size <= mtu {
+		return 0, nil
+	}
+	if cfg.sizeSet && !cfg.All {
+		io.WriteString(cfg.Stderr, " Max message size in UD cannot be greater than MTU \n")
+		return 0, fmt.Errorf("message size %d: larger than the MTU (%d) over UD", cfg.Size, mtu)
+	}
+	fmt.Fprintf(cfg.Stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+	cfg.Size = mtu
+	cfg.sizes = []uint64{mtu}
+	if cfg.All {
+		cfg.sizes = nil
+		for _, sz := range pt.AllSizes() {
+			if sz <= mtu {
+				cfg.sizes = append(cfg.sizes, sz)
+			}
+		}
+	}
+	return len(cfg.sizes), nil
+}
+
+// reported is the Reported hook (-b): the line of run r, with this
+// side's iterations and both sides' rates summed (print_full_bw_report
+// with the peer's report).
+func (s *session) reported(r int, remote pt.Report) error {
+	cfg := &s.cfg
+	s.res.RemoteReports = append(s.res.RemoteReports, remote)
+	if r >= len(s.res.Reports) {
+		return fmt.Errorf("report of run %d before the run", r)
+	}
+	sum := s.res.Reports[r]
+	sum.BWPeak += remote.BWPeak
+	sum.BWAvg += remote.BWAvg
+	sum.MsgRate += remote.MsgRate
+	io.WriteString(cfg.Stdout, pt.BWLine(sum, cfg.Gbits))
+	return nil
+}
+
 // setup is the Local hook: the resources (unless cmConnect made them),
 // then the test information block.
 func (s *session) setup(a pt.Agreed) ([]pt.Dest, error) {
@@ -249,6 +302,11 @@ func (s *session) resources(a pt.Agreed) error {
 	s.buffSize = bufSize(cfg.Size, s.cycle)
 	s.halfSize = inc(s.buffSize, s.cacheLine)
 	total := s.halfSize * 2 * uint64(cfg.QPs)
+	if cfg.UD {
+		// The last receive's GRH and message may end a cache line
+		// past the last QP's area (see recvBase).
+		total += uint64(s.cacheLine)
+	}
 	if total > 1<<34 {
 		return fmt.Errorf("buffer of %d bytes is too large", total)
 	}
@@ -295,11 +353,18 @@ func (s *session) resources(a pt.Agreed) error {
 	if s.mr, err = s.pd.RegisterMR(s.buf, access); err != nil {
 		return fmt.Errorf("couldn't allocate MR: %w", err)
 	}
-	if s.sendCQ, err = s.dev.CreateCQ(cfg.TxDepth*cfg.QPs + 16); err != nil {
+	// ib_send_bw -b sends and receives at once: both complete on one
+	// CQ here, so that one wait sees either.
+	shared := verb != pt.Send || cfg.Duplex
+	cqSize := cfg.TxDepth*cfg.QPs + 16
+	if verb == pt.Send && shared {
+		cqSize += cfg.RxDepth * cfg.QPs
+	}
+	if s.sendCQ, err = s.dev.CreateCQ(cqSize); err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
 	s.recvCQ = s.sendCQ
-	if verb == pt.Send {
+	if !shared {
 		if s.recvCQ, err = s.dev.CreateCQ(cfg.RxDepth*cfg.QPs + 16); err != nil {
 			return fmt.Errorf("couldn't create a receiver CQ: %w", err)
 		}
@@ -307,8 +372,11 @@ func (s *session) resources(a pt.Agreed) error {
 	s.wcs = make([]verbs.WC, 16)
 	for i := 0; i < cfg.QPs; i++ {
 		typ := stack.RC
-		if cfg.UC {
+		switch {
+		case cfg.UC:
 			typ = stack.UC
+		case cfg.UD:
+			typ = stack.UD
 		}
 		q, err := s.pd.CreateQP(verbs.QPInit{Type: typ, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			MaxSendWR: cfg.TxDepth, MaxRecvWR: cfg.RxDepth, MaxInline: cfg.Inline, InfiniteRetry7: cfg.InfiniteRetry})
@@ -316,7 +384,11 @@ func (s *session) resources(a pt.Agreed) error {
 			return fmt.Errorf("unable to create QP: %w", err)
 		}
 		s.qps = append(s.qps, q)
-		if err := q.ToInit(verbs.InitAttr{AccessFlags: qpAccess}); err != nil {
+		init := verbs.InitAttr{AccessFlags: qpAccess}
+		if cfg.UD {
+			init = verbs.InitAttr{QKey: udQKey}
+		}
+		if err := q.ToInit(init); err != nil {
 			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 		rkey := s.mr.RKey()
@@ -352,7 +424,7 @@ var ErrVerify = errors.New("data check failed")
 // first iters%slots slots.
 func (s *session) verifyAtomics() error {
 	cfg := &s.cfg
-	if cfg.Client || cfg.Tool != pt.AtomicBW || cfg.CmpSwap || cfg.QPs != 1 {
+	if cfg.Client && !cfg.Duplex || cfg.Tool != pt.AtomicBW || cfg.CmpSwap || cfg.QPs != 1 {
 		return nil
 	}
 	step := inc(cfg.Size, s.cacheLine)
@@ -402,15 +474,18 @@ func (s *session) testInfo() pt.TestInfo {
 		at = "CMP_AND_SWAP"
 	}
 	conn := "RC"
-	if cfg.UC {
+	switch {
+	case cfg.UC:
 		conn = "UC"
+	case cfg.UD:
+		conn = "UD"
 	}
 	return pt.TestInfo{
 		Tool: cfg.Tool, Role: role, AtomicType: at, Device: cfg.Device, QPs: cfg.QPs,
 		Transport: "IB", Connection: conn, PCIeRelaxOrder: "Unsupported",
 		TxDepth: cfg.TxDepth, RxDepth: cfg.RxDepth, PostList: cfg.PostList, CQMod: cfg.CQMod, InlineSize: cfg.Inline,
 		MTU: s.agreed.MTU, LinkType: "Ethernet", GIDIndex: s.gidIdx, OutReads: s.outReads,
-		RDMACM: cfg.RDMACM,
+		RDMACM: cfg.RDMACM, Duplex: cfg.Duplex,
 	}
 }
 
@@ -432,6 +507,15 @@ func (s *session) connect(remote []pt.Dest) error {
 	if cfg.SetRNRRetry {
 		rnr = cfg.RNRRetry
 	}
+	// The one-way bandwidth servers stay in RTR: they only receive.
+	sends := cfg.Client || !cfg.Tool.BW() || cfg.Duplex
+	if cfg.UD {
+		if err := s.connectUD(remote, sends); err != nil {
+			return err
+		}
+		s.printAddresses(remote)
+		return nil
+	}
 	for i, q := range s.qps {
 		r := remote[i]
 		rtr := verbs.RTRAttr{
@@ -442,7 +526,7 @@ func (s *session) connect(remote []pt.Dest) error {
 		if err := q.ToRTR(rtr); err != nil {
 			return fmt.Errorf("failed to modify QP %d to RTR: %w", q.QPN(), err)
 		}
-		if cfg.Client || !cfg.Tool.BW() {
+		if sends {
 			maxRd := min(int(r.OutReads), s.dev.Query().MaxQPInitRdAtom)
 			rts := verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN), Timeout: uint8(cfg.QPTimeout),
 				RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: uint8(maxRd)}
@@ -452,6 +536,33 @@ func (s *session) connect(remote []pt.Dest) error {
 		}
 	}
 	s.printAddresses(remote)
+	return nil
+}
+
+// connectUD readies UD QPs as ctx_connect does: RTR, then where the side
+// sends RTS with its PSN and an address handle for the peer's GID (hop
+// limit 255, the local GID index); the peer's QPN and perftest's Q_Key
+// go in every work request (opWR).
+func (s *session) connectUD(remote []pt.Dest, sends bool) error {
+	if sends {
+		s.ahs = make([]verbs.AH, len(s.qps))
+	}
+	for i, q := range s.qps {
+		if err := q.ToRTR(verbs.RTRAttr{}); err != nil {
+			return fmt.Errorf("failed to modify QP %d to RTR: %w", q.QPN(), err)
+		}
+		if !sends {
+			continue
+		}
+		if err := q.ToRTS(verbs.RTSAttr{SQPSN: verbs.PSN(s.local[i].PSN)}); err != nil {
+			return fmt.Errorf("failed to modify QP to RTS: %w", err)
+		}
+		ah, err := s.pd.CreateAH(verbs.AHAttr{DGID: netip.AddrFrom16(remote[i].GID), SGIDIndex: s.gidIdx, HopLimit: 0xff})
+		if err != nil {
+			return fmt.Errorf("failed to create AH: %w", err)
+		}
+		s.ahs[i] = ah
+	}
 	return nil
 }
 
@@ -476,7 +587,11 @@ func (s *session) printAddresses(remote []pt.Dest) {
 	case cfg.Tool != pt.ReadLat && cfg.Tool != pt.AtomicLat || cfg.Client:
 		// ib_read_lat's and ib_atomic_lat's servers print no header:
 		// they only wait.
-		io.WriteString(cfg.Stdout, pt.ResultLine+pt.LatHeader())
+		header := pt.LatHeader()
+		if cfg.Duration > 0 {
+			header = pt.LatDurHeader()
+		}
+		io.WriteString(cfg.Stdout, pt.ResultLine+header)
 	}
 }
 
@@ -484,7 +599,7 @@ func (s *session) printAddresses(remote []pt.Dest) {
 // (ctx_set_recv_wqes) where the side receives.
 func (s *session) prepare(r int) error {
 	cfg := &s.cfg
-	if cfg.verb() != pt.Send || (cfg.Tool.BW() && cfg.Client) {
+	if cfg.verb() != pt.Send || (cfg.Tool.BW() && cfg.Client && !cfg.Duplex) {
 		return nil
 	}
 	if cfg.LateRecv > 0 && cfg.Tool == pt.SendBW {
@@ -512,17 +627,38 @@ func (s *session) postRecvs(r int) error {
 	return nil
 }
 
-// recvWRAt returns QP i's receive work request for size bytes at addr.
-// It is the session's one: post it before asking for another.
+// recvWRAt returns QP i's receive work request for a message of size
+// bytes at addr (over UD with room for the GRH first). It is the
+// session's one: post it before asking for another.
 func (s *session) recvWRAt(i int, addr, size uint64) *verbs.RecvWR {
+	if s.cfg.UD {
+		size += udAddition
+	}
 	s.recvSG[0] = verbs.SGE{Addr: addr, Length: uint32(size), LKey: s.mr.LKey()}
 	s.recvWR = verbs.RecvWR{ID: uint64(i), SG: s.recvSG[:]}
 	return &s.recvWR
 }
 
-// recvBase is the first receive address of QP i.
+// recvBase is the first receive address of QP i: over UD 40 bytes short
+// of a cache line into its area, so that the message after the GRH
+// starts on the line, as ctx_set_recv_wqes places it.
 func (s *session) recvBase(i int) uint64 {
-	return s.mr.Addr() + uint64(s.cfg.QPs+i)*s.halfSize
+	a := s.mr.Addr() + uint64(s.cfg.QPs+i)*s.halfSize
+	if s.cfg.UD {
+		a += uint64(s.cacheLine) - udAddition
+	}
+	return a
+}
+
+// incRecv steps a receive address for a repost as run_iter_bw_server
+// and run_iter_bi do: as incLoc, but a UD server steps only while the
+// message with its GRH fits in half a cycle buffer (perftest tests
+// SIZE(UD, size, machine == SERVER) there).
+func (s *session) incRecv(addr, base, size, cnt uint64) uint64 {
+	if s.cfg.UD && !s.cfg.Client && size+udAddition > uint64(s.cycle)/2 {
+		return addr
+	}
+	return s.incLoc(addr, base, size, cnt)
 }
 
 // incLoc and incRem step an address through the cycle buffer as
@@ -548,10 +684,13 @@ func (s *session) run(r int) error {
 	case pt.WriteBW, pt.ReadBW, pt.AtomicBW, pt.SendBW:
 		var rep pt.Report
 		var err error
+		sender := cfg.Client || cfg.Duplex
 		switch {
-		case cfg.Client && cfg.Duration > 0:
+		case cfg.Duplex && cfg.Tool == pt.SendBW:
+			rep, err = s.runBi(size)
+		case sender && cfg.Duration > 0:
 			rep, err = s.runBWDuration(size)
-		case cfg.Client:
+		case sender:
 			rep, err = s.runBW(size)
 		default:
 			if cfg.LateRecv > 0 {
@@ -566,10 +705,17 @@ func (s *session) run(r int) error {
 			return err
 		}
 		s.res.Reports = append(s.res.Reports, rep)
-		if cfg.Client || cfg.Tool == pt.SendBW {
+		switch {
+		case cfg.Duplex && !(cfg.Tool == pt.SendBW && cfg.Duration > 0):
+			// reported prints the line with the peer's figures;
+			// ib_send_bw -b -D exchanges none and prints its own.
+		case cfg.Client || cfg.Tool == pt.SendBW:
 			io.WriteString(cfg.Stdout, pt.BWLine(rep, cfg.Gbits))
 		}
 		return nil
+	}
+	if cfg.Duration > 0 {
+		return s.runLatDuration(size)
 	}
 	var posted []int64
 	var err error
@@ -649,6 +795,9 @@ func (s *session) opWR(i int, local, remote uint64, size uint64) *verbs.SendWR {
 		}
 	case pt.Send:
 		wr.Op = stack.OpSend
+		if cfg.UD {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ahs[i], s.remote[i].QPN, udQKey
+		}
 	}
 	if (wr.Op == stack.OpWrite || wr.Op == stack.OpSend) && size <= uint64(cfg.Inline) {
 		off := local - s.mr.Addr()
@@ -661,6 +810,11 @@ func (s *session) opWR(i int, local, remote uint64, size uint64) *verbs.SendWR {
 func (s *session) close() {
 	for _, q := range s.qps {
 		q.Destroy()
+	}
+	for _, ah := range s.ahs {
+		if ah != nil {
+			ah.Destroy()
+		}
 	}
 	if s.sendCQ != nil {
 		s.sendCQ.Destroy()

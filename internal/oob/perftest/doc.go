@@ -64,9 +64,16 @@
 // bytes, AppendCMKey); two barriers with zero keys surround the test QPs'
 // rdma_cm connection (StepCMConnect), and there is no "done".
 //
-// Not implemented: bidirectional tests (-b), -z (rdma_cm exchange with
-// QPs connected by their keys), per-port reports,
-// duration mode (-D), DC and XRC, and the binary parameter exchange of
-// perftest 6.28 and later (such a peer skips it when this side advertises
-// 6.06).
+// With -b (Config.Duplex) both sides run every measured run: ib_write_bw,
+// ib_read_bw and ib_atomic_bw put a barrier before each run (and with -a
+// one after it), then the reports, both sides' being real; ib_send_bw
+// keeps its runs and exchanges the reports after each, except in
+// duration mode (Config.Duration). Hooks.Reported receives the peer's.
+// UD QPs (-c UD) change nothing in the exchange; Hooks.Agreed lets the
+// caller cut the message sizes, and so the runs, to the agreed MTU.
+//
+// Not implemented: -z (rdma_cm exchange with QPs connected by their
+// keys), per-port reports, DC and XRC, and the binary parameter exchange
+// of perftest 6.28 and later (such a peer skips it when this side
+// advertises 6.06).
 package perftest

@@ -84,6 +84,35 @@ func LatHeader() string {
 	return " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
 }
 
+// LatDurHeader returns the column header of the latency tools in
+// duration mode (-D), newline included.
+func LatDurHeader() string {
+	return " #bytes        #iterations       t_avg[usec]    tps average\n"
+}
+
+// LatDurStats are the figures of a latency tool's duration-mode line:
+// the iterations completed in the sampled time, the average latency in
+// microseconds and the transactions per second.
+type LatDurStats struct {
+	Size, Iters uint64
+	Avg, TPS    float64
+}
+
+// MeasureLatDuration computes the duration-mode figures as perftest's
+// print_report_lat_duration does: iters iterations completed in sample
+// seconds, each a round trip (rttFactor 2: write and send) or not (1:
+// read and atomic). No iteration gives an infinite latency, as there.
+func MeasureLatDuration(size, iters uint64, sample float64, rttFactor int) LatDurStats {
+	usec := sample * 1e6
+	return LatDurStats{Size: size, Iters: iters, Avg: usec / float64(rttFactor) / float64(iters), TPS: float64(iters) / sample}
+}
+
+// LatDurLine returns a latency tool's duration-mode result line, newline
+// included.
+func LatDurLine(s LatDurStats) string {
+	return fmt.Sprintf(" %-7d       %d            %s        %s\n", s.Size, s.Iters, cfmt.LeftFloat(s.Avg, 7, 2), cfmt.LeftFloat(s.TPS, 7, 2))
+}
+
 // LatStats are the figures of a latency result line, in microseconds.
 type LatStats struct {
 	Size, Iters            uint64
@@ -215,6 +244,9 @@ type TestInfo struct {
 	// RDMACM is -R: "rdma_cm QPs : ON", "Data ex. method : rdma_cm", and
 	// the server's line asking for the client.
 	RDMACM bool
+	// Duplex is -b: "Bidirectional" in the title, and both sides show
+	// their TX depth (and RX depth, sending).
+	Duplex bool
 }
 
 var testNames = [...]string{Send: "Send", Write: "RDMA_Write", Read: "RDMA_Read", Atomic: "Atomic"}
@@ -237,6 +269,9 @@ func (ti TestInfo) String() string {
 		b.WriteString(ti.AtomicType + " ")
 	}
 	if ti.Tool.BW() {
+		if ti.Duplex {
+			b.WriteString("Bidirectional ")
+		}
 		if ti.PostList > 1 {
 			b.WriteString("Post List ")
 		}
@@ -254,13 +289,13 @@ func (ti TestInfo) String() string {
 		b.WriteString(" WARNING: You should disable PCIe RO with `--disable_pcie_relaxed` for both server and client.\n")
 	}
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", onOff(ti.WRAPI))
-	if ti.Role == Client {
+	if ti.Role == Client || ti.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", ti.TxDepth)
 	}
 	if ti.PostList > 1 {
 		fmt.Fprintf(&b, " Post List       : %d\n", ti.PostList)
 	}
-	if verb == Send && ti.Role == Server {
+	if verb == Send && (ti.Role == Server || ti.Duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", ti.RxDepth)
 	}
 	if ti.Tool.BW() {

@@ -215,3 +215,48 @@ func TestTestInfo(t *testing.T) {
 		t.Errorf("send_lat server info has bw/client lines:\n%s", got)
 	}
 }
+
+func TestLatDurLine(t *testing.T) {
+	if got, want := LatDurHeader(), " #bytes        #iterations       t_avg[usec]    tps average\n"; got != want {
+		t.Errorf("LatDurHeader = %q", got)
+	}
+	for _, tc := range []struct {
+		s    LatDurStats
+		want string
+	}{
+		{LatDurStats{2, 204304, 4.894, 102152}, " 2             204304            4.89           102152.00\n"},
+		{LatDurStats{1048576, 0, math.Inf(1), 0}, " 1048576       0            inf            0.00   \n"},
+		{LatDurStats{64, 12, 123456.789, 1.5}, " 64            12            123456.79        1.50   \n"},
+	} {
+		if got := LatDurLine(tc.s); got != tc.want {
+			t.Errorf("LatDurLine(%+v) = %q, want %q", tc.s, got, tc.want)
+		}
+	}
+	// 1000 round trips in 2 s: 1 ms each, 1 ms per half; 500 per second.
+	if got, want := MeasureLatDuration(8, 1000, 2, 2), (LatDurStats{8, 1000, 1000, 500}); got != want {
+		t.Errorf("MeasureLatDuration = %+v, want %+v", got, want)
+	}
+	if got := MeasureLatDuration(8, 1000, 2, 1); got.Avg != 2000 || got.TPS != 500 {
+		t.Errorf("MeasureLatDuration(read) = %+v", got)
+	}
+	if got := MeasureLatDuration(8, 0, 1, 2); !math.IsInf(got.Avg, 1) || got.TPS != 0 {
+		t.Errorf("MeasureLatDuration(none) = %+v, want an infinite latency", got)
+	}
+}
+
+func TestTestInfoDuplex(t *testing.T) {
+	ti := TestInfo{Tool: SendBW, Role: Server, Device: "rxe0", QPs: 1, Transport: "IB", Connection: "UD", PCIeRelaxOrder: "ON",
+		TxDepth: 128, RxDepth: 512, CQMod: 100, MTU: MTU1024, LinkType: "Ethernet", GIDIndex: 1, Duplex: true}
+	got := ti.String()
+	for _, line := range []string{"                    Send Bidirectional BW Test\n", " Connection type : UD\t\t",
+		" TX depth        : 128\n RX depth        : 512\n CQ Moderation   : 100\n"} {
+		if !strings.Contains(got, line) {
+			t.Errorf("send_bw -b server info lacks %q:\n%s", line, got)
+		}
+	}
+	ti.Tool, ti.Role = WriteBW, Client
+	got = ti.String()
+	if !strings.Contains(got, "RDMA_Write Bidirectional BW Test\n") || strings.Contains(got, "RX depth") {
+		t.Errorf("write_bw -b client info:\n%s", got)
+	}
+}

@@ -125,6 +125,15 @@ type Config struct {
 	// keys do not exist yet); StepConnect only prints, and there is no
 	// StepDone (the peers disconnect instead).
 	CM bool
+	// Duplex is -b (bandwidth tools): both sides run every measured run
+	// and exchange their reports after it (StepReports with the run's
+	// number). ib_write_bw, ib_read_bw and ib_atomic_bw start each run
+	// with a barrier (with -a they also end it with one, before the
+	// reports) and have no closing reports; ib_send_bw's runs are its
+	// one-way ones, with the reports after each.
+	Duplex bool
+	// Duration is -D: ib_send_bw -b then exchanges no reports.
+	Duration bool
 }
 
 func (c Config) normalized() (Config, error) {
@@ -143,11 +152,14 @@ func (c Config) normalized() (Config, error) {
 	if c.QPs < 0 || c.Runs < 0 {
 		return c, errors.New("negative QP or run count")
 	}
+	if c.Duplex && !c.Tool.BW() {
+		return c, fmt.Errorf("%s: bidirectional is only available in bw tests", c.Tool)
+	}
 	return c, nil
 }
 
 // Sequence returns the steps cfg's tool takes in cfg's role, as perftest
-// 4.5's main functions do them (one-way tests, no -b; cfg.CM for -R). Both
+// 4.5's main functions do them (cfg.Duplex for -b, cfg.CM for -R). Both
 // sides of a connection take the same byte-carrying steps in the same order;
 // they differ in the local ones (in the one-way bw tools and ib_read_lat
 // only the client runs).
@@ -167,15 +179,24 @@ func Sequence(cfg Config) ([]Step, error) {
 			s = append(s, Step{Kind: StepKeys, QP: i})
 		}
 	}
-	runs := func(syncBefore, syncAfter bool) {
+	// runs adds the measured runs: each prepared, then run between the
+	// barriers asked for, with the reports (-b) after the run or after
+	// its closing barrier.
+	runs := func(syncBefore, syncAfter, reports, reportsLast bool) {
 		for r := range cfg.Runs {
 			s = append(s, Step{Kind: StepPrepare, Run: r})
 			if syncBefore {
 				add(StepSync)
 			}
 			s = append(s, Step{Kind: StepRun, Run: r})
+			if reports && !reportsLast {
+				s = append(s, Step{Kind: StepReports, Run: r})
+			}
 			if syncAfter {
 				add(StepSync)
+			}
+			if reports && reportsLast {
+				s = append(s, Step{Kind: StepReports, Run: r})
 			}
 		}
 	}
@@ -193,8 +214,15 @@ func Sequence(cfg Config) ([]Step, error) {
 		add(StepConnect)
 		keys()
 		add(StepSync)
+		if cfg.Duplex {
+			// Both run, each run after a barrier (-a: and before
+			// one, perftest 4.6 and later), the reports after it.
+			runs(true, cfg.All, true, true)
+			add(StepSync, StepDone)
+			break
+		}
 		if client {
-			runs(false, false)
+			runs(false, false, false, false)
 		}
 		add(StepSync, StepReports, StepSync, StepDone)
 	case SendBW:
@@ -203,7 +231,7 @@ func Sequence(cfg Config) ([]Step, error) {
 		keys()
 		add(StepConnect, StepSync)
 		keys()
-		runs(true, cfg.All)
+		runs(true, cfg.All, cfg.Duplex && !cfg.Duration, false)
 		add(StepSync, StepDone)
 	case WriteLat:
 		// One extra round first; no closing exchange at all.
@@ -212,7 +240,7 @@ func Sequence(cfg Config) ([]Step, error) {
 		add(StepConnect)
 		keys()
 		add(StepSync)
-		runs(false, false)
+		runs(false, false, false, false)
 	case ReadLat, AtomicLat: // atomic_lat.c's sequence is read_lat.c's
 		add(StepSync)
 		keys()
@@ -220,14 +248,14 @@ func Sequence(cfg Config) ([]Step, error) {
 		keys()
 		add(StepSync)
 		if client {
-			runs(false, false)
+			runs(false, false, false, false)
 		}
 		add(StepSync, StepDone)
 	case SendLat:
 		keys()
 		add(StepConnect, StepSync)
 		keys()
-		runs(true, false)
+		runs(true, false, false, false)
 		add(StepSync, StepDone)
 	}
 	if cfg.CM && s[len(s)-1].Kind == StepDone {
@@ -255,6 +283,14 @@ type Hooks struct {
 	// Report returns this side's bandwidth report, sent in StepReports; nil
 	// sends zeros (the server's report is not used by the peer).
 	Report func() Report
+	// Agreed, when set, sees what the negotiation agreed before Local
+	// and returns the number of measured runs, 0 to keep Config.Runs
+	// (over UD perftest caps the message size at the MTU, and -a's
+	// sizes with it). Its error ends the sequence there, as perftest
+	// exits after the MTU exchange.
+	Agreed func(Agreed) (runs int, err error)
+	// Reported (-b) receives the peer's report of measured run r.
+	Reported func(r int, remote Report) error
 }
 
 // Result is what a sequence learnt from the peer.
@@ -286,7 +322,8 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 	c.CM = cfg.CM
 	var local []Dest
 	keyRounds := 0
-	for _, st := range steps {
+	for i := 0; i < len(steps); i++ {
+		st := steps[i]
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("%s %s %s: %w", cfg.Tool, cfg.Role, st, err)
 		}
@@ -294,6 +331,14 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 		switch st.Kind {
 		case StepNegotiate:
 			res.Agreed, err = c.Negotiate(ctx, params)
+			if err == nil && hooks.Agreed != nil {
+				var runs int
+				if runs, err = hooks.Agreed(res.Agreed); err == nil && runs > 0 && runs != cfg.Runs {
+					// The steps so far do not depend on the runs.
+					cfg.Runs = runs
+					steps, err = Sequence(cfg)
+				}
+			}
 		case StepLocal:
 			local, err = hooks.Local(res.Agreed)
 			if err == nil && len(local) != cfg.QPs {
@@ -334,6 +379,9 @@ func Run(ctx context.Context, nc net.Conn, cfg Config, params Params, hooks Hook
 			}
 			res.RemoteReport, err = c.ExchangeReports(ctx, mine)
 			res.HasReport = err == nil
+			if err == nil && cfg.Duplex && hooks.Reported != nil {
+				err = hooks.Reported(st.Run, res.RemoteReport)
+			}
 		case StepDone:
 			err = c.Done(ctx)
 		}

@@ -81,12 +81,17 @@ func TestSequenceRolesAgree(t *testing.T) {
 		for _, qps := range []int{1, 3} {
 			for _, runs := range []int{1, 4} {
 				for _, all := range []bool{false, true} {
-					cfg := Config{Tool: tool, QPs: qps, Runs: runs, All: all}
-					c, _ := Sequence(cfg)
-					cfg.Role = Server
-					s, _ := Sequence(cfg)
-					if wireSteps(c) != wireSteps(s) {
-						t.Errorf("%s qps=%d runs=%d all=%v: client %s, server %s", tool, qps, runs, all, wireSteps(c), wireSteps(s))
+					for _, duplex := range []bool{false, true} {
+						if duplex && !tool.BW() {
+							continue
+						}
+						cfg := Config{Tool: tool, QPs: qps, Runs: runs, All: all, Duplex: duplex}
+						c, _ := Sequence(cfg)
+						cfg.Role = Server
+						s, _ := Sequence(cfg)
+						if wireSteps(c) != wireSteps(s) {
+							t.Errorf("%s qps=%d runs=%d all=%v duplex=%v: client %s, server %s", tool, qps, runs, all, duplex, wireSteps(c), wireSteps(s))
+						}
 					}
 				}
 			}
@@ -269,5 +274,104 @@ func TestSequenceCM(t *testing.T) {
 		if fmt.Sprint(cm) != fmt.Sprint(want) {
 			t.Errorf("%v: %v\nwant %v", tool, cm, want)
 		}
+	}
+}
+
+// TestSequenceDuplex restates perftest 4.5's -b paths for two QPs and two
+// runs: both sides run, each run of ib_write_bw (read, atomic) after a
+// barrier (and with -a before one) and followed by the reports, with no
+// closing reports; ib_send_bw's reports follow each run, except in
+// duration mode.
+func TestSequenceDuplex(t *testing.T) {
+	const pre = "negotiate local keys(0) keys(1) connect "
+	for _, tc := range []struct {
+		tool     Tool
+		all, dur bool
+		want     string
+	}{
+		{WriteBW, false, false, pre + "keys(0) keys(1) sync prepare(0) sync run(0) reports prepare(1) sync run(1) reports sync done"},
+		{ReadBW, true, false, pre + "keys(0) keys(1) sync prepare(0) sync run(0) sync reports prepare(1) sync run(1) sync reports sync done"},
+		{AtomicBW, false, true, pre + "keys(0) keys(1) sync prepare(0) sync run(0) reports prepare(1) sync run(1) reports sync done"},
+		{SendBW, false, false, pre + "sync keys(0) keys(1) prepare(0) sync run(0) reports prepare(1) sync run(1) reports sync done"},
+		{SendBW, true, false, pre + "sync keys(0) keys(1) prepare(0) sync run(0) reports sync prepare(1) sync run(1) reports sync sync done"},
+		{SendBW, false, true, pre + "sync keys(0) keys(1) prepare(0) sync run(0) prepare(1) sync run(1) sync done"},
+	} {
+		for _, role := range []Role{Client, Server} {
+			s, err := Sequence(Config{Tool: tc.tool, Role: role, QPs: 2, Runs: 2, All: tc.all, Duplex: true, Duration: tc.dur})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := seqString(s); got != tc.want {
+				t.Errorf("%s %s all=%v duration=%v:\n got %s\nwant %s", tc.tool, role, tc.all, tc.dur, got, tc.want)
+			}
+			for _, st := range s {
+				if st.Kind == StepReports && (st.Run < 0 || st.Run > 1) {
+					t.Errorf("%s: reports of run %d", tc.tool, st.Run)
+				}
+			}
+		}
+	}
+	for _, tool := range []Tool{WriteLat, ReadLat, SendLat, AtomicLat} {
+		if _, err := Sequence(Config{Tool: tool, Duplex: true}); err == nil {
+			t.Errorf("%s: bidirectional sequence made", tool)
+		}
+	}
+}
+
+// TestRunDuplex: with -b both sides run and each receives the peer's
+// report of every run; an Agreed hook that changes the number of runs
+// (ib_send_bw -a over UD) changes it on both sides.
+func TestRunDuplex(t *testing.T) {
+	for _, tool := range []Tool{WriteBW, SendBW} {
+		t.Run(tool.String(), func(t *testing.T) {
+			cc, sc := oobtest.Pair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			type out struct {
+				runs    []int
+				reports []Report
+				err     error
+			}
+			run := func(role Role) out {
+				var o out
+				mine := func(r int) Report {
+					return Report{Size: uint64(2 << r), Iters: uint64(100 + int(role)), BWAvg: float64(r)}
+				}
+				last := -1
+				hooks := Hooks{
+					Local:   func(Agreed) ([]Dest, error) { return keysFor(role, 1), nil },
+					Connect: func([]Dest) error { return nil },
+					Agreed:  func(Agreed) (int, error) { return 3, nil },
+					Run:     func(r int) error { o.runs = append(o.runs, r); last = r; return nil },
+					Report:  func() Report { return mine(last) },
+					Reported: func(r int, rep Report) error {
+						if want := (Report{Size: uint64(2 << r), Iters: uint64(100 + int(1-role)), BWAvg: float64(r)}); rep != want {
+							return fmt.Errorf("run %d: peer's report %+v, want %+v", r, rep, want)
+						}
+						o.reports = append(o.reports, rep)
+						return nil
+					},
+				}
+				conn := cc
+				if role == Server {
+					conn = sc
+				}
+				_, o.err = Run(ctx, conn, Config{Tool: tool, Role: role, Runs: 23, All: true, Duplex: true}, Params{MTU: MTU1024}, hooks)
+				conn.Close()
+				return o
+			}
+			ch := make(chan out, 1)
+			go func() { ch <- run(Server) }()
+			cl := run(Client)
+			sv := <-ch
+			for _, o := range []out{cl, sv} {
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				if fmt.Sprint(o.runs) != "[0 1 2]" || len(o.reports) != 3 {
+					t.Errorf("runs %v, %d reports; want 3 of each", o.runs, len(o.reports))
+				}
+			}
+		})
 	}
 }
