@@ -404,16 +404,32 @@ func (a *Agent) buildREQ(to netip.Addr, port uint16, priv []byte, o *DialOptions
 		retry, rnr = min(o.RetryCount, 7), min(o.RNRRetryCount, 7)
 	}
 	local := netip.AddrPortFrom(src, sport)
-	req := mad.REQFields{ServiceID: ServiceID(port), ResponderResources: o.ResponderResources,
-		InitiatorDepth: o.InitiatorDepth, RemoteCMResponseTimeout: a.cfg.ResponseTimeout,
-		LocalCMResponseTimeout: a.cfg.ResponseTimeout, TransportType: mad.TransportRC, RetryCount: retry,
-		PKey: 0xffff, PathMTU: mad.MTU(a.dev.Query().ActiveMTU), RNRRetryCount: rnr, MaxCMRetries: a.cfg.MaxRetries,
-		Primary: mad.PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: to,
-			HopLimit: 64, LocalACKTimeout: 19}}
-	if err := requestData(req.PrivateData[:], local, netip.AddrPortFrom(to, port), priv); err != nil {
+	req, err := RequestFields(local, netip.AddrPortFrom(to, port), mad.MTU(a.dev.Query().ActiveMTU), priv)
+	if err != nil {
 		return mad.REQFields{}, netip.AddrPort{}, 0, err
 	}
+	req.ResponderResources, req.InitiatorDepth = o.ResponderResources, o.InitiatorDepth
+	req.RemoteCMResponseTimeout, req.LocalCMResponseTimeout = a.cfg.ResponseTimeout, a.cfg.ResponseTimeout
+	req.RetryCount, req.RNRRetryCount, req.MaxCMRetries = retry, rnr, a.cfg.MaxRetries
 	return req, local, sgid, nil
+}
+
+// RequestFields returns the REQ an RDMA CM client sends from local to
+// the listener at remote (the TCP port space's service ID, rdma_cm's
+// private-data header followed by priv): an RC connection of path MTU
+// mtu, one READ/atomic each way, retry and RNR retry 7, rdma_cm's
+// response timeout (code 20) and 15 CM retries. The caller sets the QPN
+// and starting PSN; package cm's Connect sets the communication ID.
+func RequestFields(local, remote netip.AddrPort, mtu mad.MTU, priv []byte) (mad.REQFields, error) {
+	req := mad.REQFields{ServiceID: ServiceID(remote.Port()), ResponderResources: 1, InitiatorDepth: 1,
+		RemoteCMResponseTimeout: 20, LocalCMResponseTimeout: 20, TransportType: mad.TransportRC, RetryCount: 7,
+		PKey: 0xffff, PathMTU: mtu, RNRRetryCount: 7, MaxCMRetries: 15,
+		Primary: mad.PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: local.Addr(), RemoteGID: remote.Addr(),
+			HopLimit: 64, LocalACKTimeout: 19}}
+	if err := requestData(req.PrivateData[:], local, remote, priv); err != nil {
+		return mad.REQFields{}, err
+	}
+	return req, nil
 }
 
 // Dial is the package's Dial on this agent's device, with options.

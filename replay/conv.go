@@ -23,6 +23,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/pcaptool"
+	"github.com/uroce/uroce/mad"
 )
 
 // Endpoint is one end of a conversation: its addresses and its QP (the
@@ -57,6 +58,15 @@ type Conversation struct {
 	// pingpong and perftest exchanges' client), or -1 when the capture
 	// shows none.
 	Client int
+	// CMClient is the end that sent the RDMA CM REQ naming its QP (the
+	// rdma_cm client), or -1 when the capture shows none.
+	CMClient int
+}
+
+// cmREQ is a CM REQ seen on QP1: who sent it, for which of its QPs.
+type cmREQ struct {
+	from netip.Addr
+	qpn  uint32
 }
 
 func (c *Conversation) String() string {
@@ -121,6 +131,7 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 	}
 	var all []rec
 	var syns [][2]netip.Addr // TCP connections opened: client, server
+	var reqs []cmREQ         // CM REQs: who sent one, for which QP
 	flows := map[flowKey]*flow{}
 	var order []*flow
 	var p bth.Packet
@@ -156,6 +167,9 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 		b := p.BTH()
 		if b.DestQP() == 1 {
 			st.QP1++
+			if m, err := mad.Parse(p.Payload()); err == nil && m.IsCM() && m.AttrID() == mad.AttrREQ {
+				reqs = append(reqs, cmREQ{from: p.SrcIP(), qpn: mad.REQ(m.Data()).LocalQPN()})
+			}
 			continue
 		}
 		if b.Opcode().Transport() == bth.TransportCNP {
@@ -222,7 +236,7 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 				best, bestScore = g, score
 			}
 		}
-		c := &Conversation{Transport: f.tr, Client: -1}
+		c := &Conversation{Transport: f.tr, Client: -1, CMClient: -1}
 		c.Ends[0] = Endpoint{MAC: f.srcMAC, IP: f.key.src}
 		c.Ends[1] = Endpoint{MAC: f.dstMAC, IP: f.key.dst, QPN: f.key.qpn}
 		idx := append([]int(nil), f.packets...)
@@ -251,6 +265,13 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 			for k := 0; k < 2; k++ {
 				if sy[0] == c.Ends[k].IP && sy[1] == c.Ends[1-k].IP && c.Client < 0 {
 					c.Client = k
+				}
+			}
+		}
+		for _, r := range reqs {
+			for k := 0; k < 2; k++ {
+				if r.from == c.Ends[k].IP && r.qpn == c.Ends[k].QPN && c.CMClient < 0 {
+					c.CMClient = k
 				}
 			}
 		}

@@ -435,3 +435,19 @@ func TestLoadClient(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadCMClient: the end that sent the CM REQ naming its QP is the
+// RDMA CM client; a capture without CM has none.
+func TestLoadCMClient(t *testing.T) {
+	path := "../../shared/pcaps/rxe-6.1/ucmatose.pcap"
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no reference capture: %v", err)
+	}
+	conv := load(t, path)[0]
+	if conv.CMClient < 0 || conv.Ends[conv.CMClient].IP.String() != "192.0.2.2" {
+		t.Errorf("%s: CM client end %d of %v, want 192.0.2.2", path, conv.CMClient, conv.Ends)
+	}
+	if c := load(t, "../../shared/pcaps/rxe-6.1/write_lat.pcap")[0]; c.CMClient != -1 {
+		t.Errorf("write_lat: CM client %d, want none", c.CMClient)
+	}
+}

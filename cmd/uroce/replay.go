@@ -16,6 +16,7 @@ import (
 	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/internal/oob/pingpong"
+	"github.com/uroce/uroce/mad"
 	"github.com/uroce/uroce/replay"
 	"github.com/uroce/uroce/stack"
 )
@@ -46,6 +47,10 @@ The peer:
                        recorded run's flags (-n, -s; -x for the GID)
     --pingpong         the exchange of ibv_rc/uc/ud_pingpong running as
                        server on PEER, with the recorded run's flags
+    --rdma-cm PORT     RDMA CM (REQ, REP, RTU on QP1, as an rdma_cm
+                       client) with a listener on PORT of PEER (a
+                       ucmatose server started with the recorded flags);
+                       the connection is released (DREQ) after
     --dest-qpn N       or by hand: the peer QP's number, with
     [--psn N]          the first PSN it expects (default: as recorded),
     [--peer-psn N]     its own first PSN (default: from its first request),
@@ -100,6 +105,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var pf peerFlags
 	pf.register(fs)
 	pp := fs.Bool("pingpong", false, "")
+	cmPort := fs.Int("rdma-cm", 0, "")
 	destQPN := fs.String("dest-qpn", "", "")
 	psn := fs.String("psn", "", "")
 	peerPSN := fs.String("peer-psn", "", "")
@@ -152,6 +158,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if (pf.perfTool != "" || *pp) && c.Client >= 0 {
 		me = c.Client // the exchange makes this end its client
 	}
+	if *cmPort > 0 && c.CMClient >= 0 {
+		me = c.CMClient // the end that sent the REQ
+	}
 	switch *side {
 	case "":
 	case "a":
@@ -184,6 +193,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *self == (pf.dev != "") {
 		return bad("give the peer: --self (a uroce peer in this process) or -d IFACE PEER\n%s", replayUsage)
 	}
+	var rec recorder
+	var tap func([]byte, bool)
+	if *write != "" {
+		tap = rec.tap
+	}
 	var link stack.Link
 	var live replay.Live
 	var establish func(play func(replay.Live) error) error // runs play inside the peer's exchange
@@ -213,13 +227,16 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 		ways := 0
-		for _, b := range []bool{pf.perfTool != "", *pp, nums["dest-qpn"] >= 0} {
+		if *cmPort < 0 || *cmPort > 65535 {
+			return bad("--rdma-cm %d: want a port", *cmPort)
+		}
+		for _, b := range []bool{pf.perfTool != "", *pp, nums["dest-qpn"] >= 0, *cmPort > 0} {
 			if b {
 				ways++
 			}
 		}
 		if ways != 1 {
-			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong or --dest-qpn N\n%s", replayUsage)
+			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong, --rdma-cm PORT or --dest-qpn N\n%s", replayUsage)
 		}
 		var tool perftest.Tool = -1
 		if pf.perfTool != "" {
@@ -277,17 +294,48 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				live.Peer.QPN, live.PeerPSN = remote[0].QPN, int64(remote[0].PSN)
 				return play(live)
 			}
+		case *cmPort > 0:
+			establish = func(play func(replay.Live) error) error {
+				mtu := stack.MTU1024
+				for mtu < stack.MTU4096 && mtu.Bytes() < max(rec.PMTU, peerRec.PMTU) {
+					mtu++
+				}
+				// As rdma_cm clients are used: connect again while the
+				// server does not listen yet, for a few seconds.
+				var cmc *replay.CM
+				for deadline := time.Now().Add(5 * time.Second); ; {
+					if cmc, err = replay.NewCM(live, uint16(*cmPort), peerRec.PSN, mtu); err != nil {
+						return err
+					}
+					cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					err = replay.Drive(cctx, cmc, link, tap)
+					cancel()
+					if err == nil {
+						err = cmc.Err()
+					}
+					var rej *replay.RejectError
+					if errors.As(err, &rej) && rej.Reason == mad.RejInvalidServiceID && time.Now().Before(deadline) {
+						time.Sleep(100 * time.Millisecond)
+						continue
+					}
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("rdma cm with %v port %d: %w", peer, *cmPort, err)
+				}
+				perr := play(cmc.Live())
+				cmc.Disconnect()
+				dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				replay.Drive(dctx, cmc, link, tap) // DREQ, DREP: a peer already gone does not answer
+				cancel()
+				return perr
+			}
 		default:
 			live.Peer.QPN = uint32(nums["dest-qpn"])
 		}
 	}
 	if establish == nil {
 		establish = func(play func(replay.Live) error) error { return play(live) }
-	}
-	var rec recorder
-	var tap func([]byte, bool)
-	if *write != "" {
-		tap = rec.tap
 	}
 	var rep *replay.Report
 	err = establish(func(live replay.Live) error {

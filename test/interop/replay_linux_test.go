@@ -60,6 +60,12 @@ func TestReplayRxe(t *testing.T) {
 		tool := "ibv_" + tr + "_pingpong"
 		steps = append(steps, replayStep("replay-"+tr+"_pingpong", tool+" -d rxe0 -g 1 -n 5 -s 64", tr+"_pingpong.pcap", 0, agrees, "--pingpong"))
 	}
+	// RDMA CM: rxe's recorded ucmatose client, connected through the
+	// stock ucmatose server's listener (REQ, REP, RTU), its SENDs and
+	// ACKs played, the connection released.
+	// ucmatose fills its messages differently at every run.
+	steps = append(steps, replayStep("replay-ucmatose", "ucmatose -C 2 -S 64", "ucmatose.pcap", 0, agrees, "--rdma-cm", "7471",
+		"--tolerate", "payload"))
 	// The project's own captures (pcaps/rxe-6.1): uroce's side of a run
 	// with rxe, or rxe's side of a run with uroce, played at rxe.
 	own := filepath.Join("..", "..", "pcaps", "rxe-6.1")
