@@ -238,6 +238,9 @@ func (p *Packet) ImmDt() ImmDt { return ImmDt(p.ext(HdrImmDt, ImmDtLen)) }
 // IETH returns the invalidate header, or nil.
 func (p *Packet) IETH() IETH { return IETH(p.ext(HdrIETH, IETHLen)) }
 
+// FETH returns the FLUSH extended header, or nil.
+func (p *Packet) FETH() FETH { return FETH(p.ext(HdrFETH, FETHLen)) }
+
 // AtomicETH returns the atomic extended header, or nil.
 func (p *Packet) AtomicETH() AtomicETH { return AtomicETH(p.ext(HdrAtomicETH, AtomicETHLen)) }
 

@@ -248,6 +248,25 @@ type ImmDt []byte
 // Value returns the immediate data as a big-endian number, as on the wire.
 func (i ImmDt) Value() uint32 { return be.Uint32(i) }
 
+// FETH is a view of the 4-byte FLUSH extended header (IBA 1.5 Memory
+// Placement Extensions, annex A19), before the RETH of a FLUSH request:
+//
+//	bits 31-6: reserved
+//	bits 5-4:  selectivity level (0: the RETH's range, 1: the whole region)
+//	bits 3-0:  placement type (bit 0: global visibility, bit 1: persistence)
+type FETH []byte
+
+// Placement returns the placement type bits.
+func (f FETH) Placement() uint8 { return f[3] & 0x0f }
+
+// Selectivity returns the selectivity level.
+func (f FETH) Selectivity() uint8 { return f[3] >> 4 & 3 }
+
+// FETHValue builds the FETH word of a placement type and selectivity level.
+func FETHValue(placement, selectivity uint8) uint32 {
+	return uint32(selectivity&3)<<4 | uint32(placement&0x0f)
+}
+
 // IETH is a view of the 4-byte invalidate header (the R_Key to invalidate).
 type IETH []byte
 

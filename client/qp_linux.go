@@ -37,7 +37,8 @@ type QP struct {
 
 var wireOp = [...]uint8{stack.OpSend: proto.WRSend, stack.OpSendWithImm: proto.WRSendWithImm,
 	stack.OpSendWithInv: proto.WRSendWithInv, stack.OpWrite: proto.WRWrite, stack.OpWriteWithImm: proto.WRWriteWithImm,
-	stack.OpRead: proto.WRRead, stack.OpCompareSwap: proto.WRCompareSwap, stack.OpFetchAdd: proto.WRFetchAdd}
+	stack.OpRead: proto.WRRead, stack.OpCompareSwap: proto.WRCompareSwap, stack.OpFetchAdd: proto.WRFetchAdd,
+	stack.OpFlush: proto.WRFlush, stack.OpAtomicWrite: proto.WRAtomicWrite}
 
 var qpTypes = map[stack.QPType]uint32{stack.RC: proto.QPTypeRC, stack.UC: proto.QPTypeUC, stack.UD: proto.QPTypeUD}
 
@@ -216,7 +217,12 @@ func (q *QP) putSend(wr *verbs.SendWR) error {
 	if int(wr.Op) >= len(wireOp) {
 		return fmt.Errorf("opcode %d: %w", wr.Op, stack.ErrInvalidWR)
 	}
-	inline := wr.Flags&stack.SendInline != 0 && wr.Op != stack.OpRead && wr.Op != stack.OpCompareSwap && wr.Op != stack.OpFetchAdd
+	inline := wr.Flags&stack.SendInline != 0 && wr.Op != stack.OpRead && wr.Op != stack.OpCompareSwap &&
+		wr.Op != stack.OpFetchAdd && wr.Op != stack.OpFlush
+	maxInline := int(q.caps.MaxInline)
+	if wr.Op == stack.OpAtomicWrite {
+		maxInline = max(maxInline, 8) // its 8 bytes need no max_inline (proto.SendSlot)
+	}
 	if !inline && len(wr.SG) > int(q.caps.MaxSendSGE) {
 		return fmt.Errorf("%d sges, max %d: %w", len(wr.SG), q.caps.MaxSendSGE, stack.ErrTooManySGE)
 	}
@@ -234,6 +240,9 @@ func (q *QP) putSend(wr *verbs.SendWR) error {
 	if wr.Op == stack.OpSendWithInv {
 		s.Imm = wr.InvRKey
 	}
+	if wr.Op == stack.OpFlush {
+		s.CompareAdd, s.FlushType, s.FlushLevel = uint64(wr.FlushLen), uint8(wr.FlushType), uint8(wr.FlushLevel)
+	}
 	if q.typ == stack.UD {
 		ah, ok := wr.AH.(*AH)
 		if !ok || ah.pd != q.pd {
@@ -245,14 +254,14 @@ func (q *QP) putSend(wr *verbs.SendWR) error {
 		n := 0
 		data := b[proto.SendSlotHeader:]
 		if wr.Inline != nil {
-			if len(wr.Inline) > int(q.caps.MaxInline) {
-				return fmt.Errorf("inline length %d exceeds %d: %w", len(wr.Inline), q.caps.MaxInline, stack.ErrInvalidWR)
+			if len(wr.Inline) > maxInline || proto.SendSlotHeader+len(wr.Inline) > len(b) {
+				return fmt.Errorf("inline length %d exceeds %d: %w", len(wr.Inline), maxInline, stack.ErrInvalidWR)
 			}
 			n = copy(data, wr.Inline)
 		} else {
 			for _, sg := range wr.SG {
-				if n+int(sg.Length) > int(q.caps.MaxInline) {
-					return fmt.Errorf("inline length exceeds %d: %w", q.caps.MaxInline, stack.ErrInvalidWR)
+				if n+int(sg.Length) > maxInline || proto.SendSlotHeader+n+int(sg.Length) > len(b) {
+					return fmt.Errorf("inline length exceeds %d: %w", maxInline, stack.ErrInvalidWR)
 				}
 				src, ok := q.d.bytesAt(sg.LKey, sg.Addr, sg.Length)
 				if !ok {

@@ -180,6 +180,9 @@ func (r *Run) build(p *Pkt) ([]byte, error) {
 			h.DMALen = uint32(p.DMALen)
 		}
 	}
+	if info.Has(bth.HdrFETH) {
+		h.FETH = bth.FETHValue(p.Placement, p.Level)
+	}
 	if info.Has(bth.HdrAtomicETH) {
 		h.AtomicVA, h.AtomicRKey, h.SwapAdd, h.Compare = va, rkey, p.Add, p.Compare
 	}

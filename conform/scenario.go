@@ -85,6 +85,11 @@ type Pkt struct {
 	Orig     int64  // expected atomic original value; -1: any
 	HasFill  bool
 	HasLen   bool
+
+	// FLUSH: the FETH's placement type (1 global visibility, 2
+	// persistence) and selectivity level (0 the RETH's range, 1 the
+	// whole region).
+	Placement, Level uint8
 }
 
 // opNames maps the names scenarios use to RC opcodes.
@@ -118,7 +123,8 @@ var opNames = func() map[string]bth.Opcode {
 // Fields of send: psn, va (an offset in the peer's region; negative
 // counts from its end), len, dmalen, fill (the payload's byte), data
 // (the payload in hex), rkey (good, bad or a number), ack (the A bit),
-// icrc=bad, pkey, add and compare (atomics). Fields of expect: psn (or
+// icrc=bad, pkey, add and compare (atomics), placement and level
+// (FLUSH: the FETH; len is then the RETH's length). Fields of expect: psn (or
 // psn=any, where implementations differ), syndrome (ack, rnr, seq, inv, access, op), msn, len, fill, data, orig
 // (the atomic's original value). "receives N" (or "receives none") says
 // what the peer must have posted.
@@ -270,7 +276,7 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 			if n, err = num(); err == nil {
 				p.PSN = int(n)
 			}
-		case "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits", "rnrtimer":
+		case "va", "len", "dmalen", "fill", "pkey", "add", "compare", "msn", "orig", "credits", "rnrtimer", "placement", "level":
 			if n, err = num(); err != nil {
 				break
 			}
@@ -297,6 +303,10 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 				p.Credits = int(n & 0x1f)
 			case "rnrtimer":
 				p.RNRTimer = int(n & 0x1f)
+			case "placement":
+				p.Placement = uint8(n & 0x0f)
+			case "level":
+				p.Level = uint8(n & 3)
 			}
 		default:
 			return p, fmt.Errorf("unknown field %q", k)
@@ -386,9 +396,12 @@ func Results(peer string) (map[string]Expected, error) {
 }
 
 // Needs is what a scenario's requests need of the peer's QP: the remote
-// accesses they use, whether they are SENDs, and whether the peer must be
-// made to post requests of its own.
-type Needs struct{ Write, Read, Atomic, Send, Peer bool }
+// accesses they use (an ATOMIC_WRITE needs write access, a FLUSH the
+// flush rights), whether they are SENDs, whether the peer must be made
+// to post requests of its own, and whether it must know the IBA 1.5
+// memory placement operations (FLUSH, ATOMIC_WRITE: rdma_rxe from Linux
+// 6.2 on).
+type Needs struct{ Write, Read, Atomic, Flush, Send, Peer, Placement bool }
 
 // Needs returns what sc's requests need.
 func (sc *Scenario) Needs() Needs {
@@ -403,6 +416,10 @@ func (sc *Scenario) Needs() Needs {
 		switch st.P.Op.Info().Kind {
 		case bth.KindWrite:
 			n.Write = true
+		case bth.KindAtomicWrite:
+			n.Write, n.Placement = true, true
+		case bth.KindFlush:
+			n.Flush, n.Placement = true, true
 		case bth.KindReadRequest:
 			n.Read = true
 		case bth.KindCompareSwap, bth.KindFetchAdd:

@@ -28,7 +28,8 @@ const (
 )
 
 // RunSelf runs sc against a fresh uroce responder in this process (an RC
-// QP on an in-memory link, a region granting every remote access, and the
+// QP on an in-memory link, a region granting every remote access, FLUSH's
+// included, and the
 // receives sc asks for). tap sees the frames, as replay.Drive's.
 func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool)) (Result, error) {
 	const rqpsn, sqpsn = bth.PSN(0xfffffa), bth.PSN(0x10) // the first near the PSN wrap
@@ -37,7 +38,9 @@ func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 		recv = 16
 	}
 	r, err := replay.NewResponder(replay.ResponderConfig{Transport: bth.TransportRC, Local: selfLocal, Peer: selfPeer,
-		RQPSN: rqpsn, SQPSN: sqpsn, Region: SelfRegion, Receives: recv})
+		RQPSN: rqpsn, SQPSN: sqpsn, Region: SelfRegion, Receives: recv,
+		Access: stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic |
+			stack.AccessFlushGlobal | stack.AccessFlushPersistent})
 	if err != nil {
 		return Result{}, err
 	}

@@ -118,7 +118,8 @@ func (e *end) qp(t testing.TB, typ stack.QPType) verbs.QP {
 
 func connect(t testing.TB, qa, qb verbs.QP, ga, gb netip.Addr) {
 	t.Helper()
-	acc := stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
+	acc := stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic |
+		stack.AccessFlushGlobal | stack.AccessFlushPersistent
 	for _, x := range []struct {
 		q, peer verbs.QP
 		gid     netip.Addr
@@ -244,6 +245,38 @@ func TestDaemonOperations(t *testing.T) {
 	r := func(b []byte, off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 	if r(A.buf, 900000) != 41 || r(A.buf, 900008) != 42 || r(B.buf, 800000) != 7 {
 		t.Fatalf("atomics: %d %d %d", r(A.buf, 900000), r(A.buf, 900008), r(B.buf, 800000))
+	}
+
+	// ATOMIC_WRITE (from an SGE, and inline), FLUSH of a range and of
+	// the whole region, and a READ back, through the send slots.
+	flushable, err := B.pd.RegisterMR(make([]byte, 4096), stack.AccessLocalWrite|stack.AccessRemoteWrite|
+		stack.AccessRemoteRead|stack.AccessFlushGlobal|stack.AccessFlushPersistent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(A.buf[910000:], 0x1122334455667788)
+	at := stack.RemoteAddr{Addr: flushable.Addr() + 64, RKey: flushable.RKey()}
+	for _, wr := range []verbs.SendWR{
+		{ID: 20, Op: stack.OpAtomicWrite, SG: []stack.SGE{A.mr.SGE(910000, 8)}, Remote: at},
+		{ID: 21, Op: stack.OpAtomicWrite, Flags: stack.SendInline, Inline: []byte{1, 2, 3, 4, 5, 6, 7, 8},
+			Remote: stack.RemoteAddr{Addr: at.Addr + 8, RKey: at.RKey}},
+		{ID: 22, Op: stack.OpFlush, Remote: at, FlushType: stack.FlushPersistent, FlushLen: 16},
+		{ID: 23, Op: stack.OpFlush, Remote: at, FlushType: stack.FlushGlobal, FlushLevel: stack.FlushMR},
+		{ID: 24, Op: stack.OpRead, SG: []stack.SGE{A.mr.SGE(920000, 16)}, Remote: at},
+	} {
+		wr.Flags |= stack.SendSignaled
+		if err := qa.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, wc := range waitN(t, A.cq, 5) {
+		want := [5]stack.WCOpcode{stack.WCAtomicWrite, stack.WCAtomicWrite, stack.WCFlush, stack.WCFlush, stack.WCRDMARead}[i]
+		if wc.ID != uint64(20+i) || wc.Status != 0 || wc.Opcode != want {
+			t.Fatalf("placement completion %d: %+v", i, wc)
+		}
+	}
+	if r(A.buf, 920000) != 0x1122334455667788 || !bytes.Equal(A.buf[920008:920016], []byte{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("atomic writes read back % x", A.buf[920000:920016])
 	}
 
 	// A bad R_Key: remote access error, as in-process.

@@ -274,7 +274,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	const known = 0xf | 0x10          // local write, remote write, read, atomic; MW bind (no windows: ignored)
+	const known = 0xf | 0x10 | 0x300  // local write, remote write, read, atomic; MW bind (no windows: ignored); flush global, persistent
 	acc := req.Access &^ (0xfff00000) // IBV_ACCESS_OPTIONAL_RANGE: hints that may be dropped
 	if acc&^known != 0 {
 		return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("reg mr: access flags %#x not supported", acc&^known)}
@@ -295,7 +295,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 		if err != nil {
 			return nil, -1, err
 		}
-		if mr, err = pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&0xf)); err != nil {
+		if mr, err = pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&accessKept)); err != nil {
 			unix.Munmap(o.mapping)
 			return nil, -1, err
 		}
@@ -307,7 +307,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 		if err := readable(ss.procMem, req.Addr, req.Length); err != nil {
 			return nil, -1, err
 		}
-		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&0xf)); err != nil {
+		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&accessKept)); err != nil {
 			return nil, -1, err
 		}
 	default:
@@ -503,8 +503,13 @@ func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
 		HopLimit: a.HopLimit, IsGlobal: 1, Port: 1, DMAC: a.DMAC, SL: a.SL}
 }
 
+// accessKept are the ibv_access_flags the stack takes: local write,
+// remote write, read and atomic (0xf), flush global and persistent
+// (IBV_ACCESS_FLUSH_GLOBAL, _PERSISTENT: 0x300).
+const accessKept = 0xf | 0x300
+
 func qpAttrFrom(a *proto.QPAttr, mask uint32) stack.QPAttr {
-	s := stack.QPAttr{State: stack.QPState(a.State), CurState: stack.QPState(a.CurState), AccessFlags: stack.Access(a.AccessFlags & 0xf),
+	s := stack.QPAttr{State: stack.QPState(a.State), CurState: stack.QPState(a.CurState), AccessFlags: stack.Access(a.AccessFlags & accessKept),
 		PKeyIndex: a.PKeyIndex, Port: a.Port, QKey: a.QKey, PathMTU: stack.MTU(a.PathMTU), Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: stack.PSN(a.RQPSN & 0xffffff), SQPSN: stack.PSN(a.SQPSN & 0xffffff),
 		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN}

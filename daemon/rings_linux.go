@@ -296,7 +296,8 @@ var wrOpcodes = [...]struct {
 }{proto.WRWrite: {stack.OpWrite, true}, proto.WRWriteWithImm: {stack.OpWriteWithImm, true},
 	proto.WRSend: {stack.OpSend, true}, proto.WRSendWithImm: {stack.OpSendWithImm, true},
 	proto.WRRead: {stack.OpRead, true}, proto.WRCompareSwap: {stack.OpCompareSwap, true},
-	proto.WRFetchAdd: {stack.OpFetchAdd, true}, proto.WRSendWithInv: {stack.OpSendWithInv, true}}
+	proto.WRFetchAdd: {stack.OpFetchAdd, true}, proto.WRSendWithInv: {stack.OpSendWithInv, true},
+	proto.WRFlush: {stack.OpFlush, true}, proto.WRAtomicWrite: {stack.OpAtomicWrite, true}}
 
 // drainSend takes the send ring's new requests and posts them. The
 // slots are released (the consumer index stored) as soon as they are
@@ -387,8 +388,20 @@ func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
 		return stack.WCLocQPOpErr
 	}
 	wr.Op = wrOpcodes[s.Opcode].op
-	if s.Flags&proto.SendInline != 0 && s.Opcode != proto.WRRead && s.Opcode != proto.WRCompareSwap && s.Opcode != proto.WRFetchAdd {
-		if int(s.InlineLen) > q.maxInline || proto.SendSlotHeader+int(s.InlineLen) > len(c) {
+	if s.Opcode == proto.WRFlush {
+		if s.CompareAdd > 1<<32-1 {
+			return stack.WCLocQPOpErr
+		}
+		wr.FlushType, wr.FlushLevel, wr.FlushLen = stack.FlushType(s.FlushType), stack.FlushLevel(s.FlushLevel), uint32(s.CompareAdd)
+		wr.CompareAdd = 0
+	}
+	// ATOMIC_WRITE's 8 bytes of inline data need no max_inline.
+	inlineMax := q.maxInline
+	if s.Opcode == proto.WRAtomicWrite {
+		inlineMax = max(inlineMax, 8)
+	}
+	if s.Flags&proto.SendInline != 0 && s.Opcode != proto.WRRead && s.Opcode != proto.WRCompareSwap && s.Opcode != proto.WRFetchAdd && s.Opcode != proto.WRFlush {
+		if int(s.InlineLen) > inlineMax || proto.SendSlotHeader+int(s.InlineLen) > len(c) {
 			return stack.WCLocQPOpErr
 		}
 		wr.Inline = c[proto.SendSlotHeader : proto.SendSlotHeader+int(s.InlineLen)]

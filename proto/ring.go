@@ -93,6 +93,8 @@ const (
 	WRCompareSwap  = 5
 	WRFetchAdd     = 6
 	WRSendWithInv  = 9
+	WRFlush        = 14
+	WRAtomicWrite  = 15
 )
 
 // Send flags, with ibv_send_flags values.
@@ -110,8 +112,13 @@ const (
 //	+16 remote_addr u64    +24 rkey u32     +28 ah handle u32 (UD)
 //	+32 compare_add u64    +40 swap u64
 //	+48 remote_qpn u32     +52 remote_qkey u32
-//	+56 inline length u32  +60 reserved
+//	+56 inline length u32
+//	+60 FLUSH: placement type u8, selectivity level u8; reserved u16
 //	+64 SGEs (addr u64, length u32, lkey u32) or inline bytes
+//
+// A FLUSH (ibv_wr_flush) gives its length in compare_add and has no
+// SGEs; an ATOMIC_WRITE (ibv_wr_atomic_write) its 8 bytes as inline
+// data (whatever the QP's max_inline) or in one SGE.
 type SendSlot struct {
 	ID         uint64
 	Opcode     uint8
@@ -126,7 +133,9 @@ type SendSlot struct {
 	RemoteQPN  uint32
 	RemoteQKey uint32
 	InlineLen  uint32
-	Reserved   uint32
+	FlushType  uint8 // ibv_placement_type bits
+	FlushLevel uint8 // ibv_selectivity_level
+	Reserved   uint16
 }
 
 // Put writes s at the start of slot b.
@@ -144,7 +153,8 @@ func (s *SendSlot) Put(b []byte) {
 	le.PutUint32(b[48:], s.RemoteQPN)
 	le.PutUint32(b[52:], s.RemoteQKey)
 	le.PutUint32(b[56:], s.InlineLen)
-	le.PutUint32(b[60:], s.Reserved)
+	b[60], b[61] = s.FlushType, s.FlushLevel
+	le.PutUint16(b[62:], s.Reserved)
 }
 
 // Get reads s from the start of slot b (at least SendSlotHeader bytes).
@@ -162,7 +172,8 @@ func (s *SendSlot) Get(b []byte) {
 	s.RemoteQPN = le.Uint32(b[48:])
 	s.RemoteQKey = le.Uint32(b[52:])
 	s.InlineLen = le.Uint32(b[56:])
-	s.Reserved = le.Uint32(b[60:])
+	s.FlushType, s.FlushLevel = b[60], b[61]
+	s.Reserved = le.Uint16(b[62:])
 }
 
 // PutSGE writes SGE i of a send (base SendSlotHeader) or receive (base

@@ -220,6 +220,12 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// FLUSH rights (IBA 1.5 annex A19), one per placement type: a
+	// FLUSH asking for global visibility needs AccessFlushGlobal of
+	// both the QP and the region, one asking for persistence
+	// AccessFlushPersistent.
+	AccessFlushGlobal     Access = 1 << 8
+	AccessFlushPersistent Access = 1 << 9
 )
 
 // AttrMask selects the attributes a Modify call sets (ibv_qp_attr_mask).
@@ -333,6 +339,32 @@ const (
 	WRRead
 	WRCompareSwap
 	WRFetchAdd
+	// WRFlush asks the responder to make what was placed in a region
+	// (RemoteAddr, RKey, FlushLen; or the whole region) globally visible
+	// or persistent (IBA 1.5 annex A19, ibv_wr_flush).
+	WRFlush
+	// WRAtomicWrite writes 8 bytes (the SGEs' or Inline) to an 8-byte
+	// aligned RemoteAddr as one store (ibv_wr_atomic_write). Its inline
+	// data needs no max_inline.
+	WRAtomicWrite
+)
+
+// FlushType is the placement type of a FLUSH (ibv_placement_type).
+type FlushType uint8
+
+// Placement types.
+const (
+	FlushGlobal     FlushType = 1 << 0 // global visibility
+	FlushPersistent FlushType = 1 << 1 // persistence
+)
+
+// FlushLevel is the selectivity level of a FLUSH (ibv_selectivity_level).
+type FlushLevel uint8
+
+// Selectivity levels.
+const (
+	FlushRange FlushLevel = 0 // RemoteAddr and FlushLen
+	FlushMR    FlushLevel = 1 // the whole region of RKey
 )
 
 // SendFlags are ibv_send_flags.
@@ -368,6 +400,9 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64 // compare (CMP_SWAP) or add (FETCH_ADD)
 	Swap       uint64
+	FlushType  FlushType  // FLUSH
+	FlushLevel FlushLevel // FLUSH
+	FlushLen   uint32     // FLUSH with FlushRange: the bytes from RemoteAddr
 	// Inline, with SendInline, is the data to send, taken instead of
 	// what SG names (whose keys inline data does not need).
 	Inline []byte
@@ -438,6 +473,8 @@ const (
 	WCRDMARead    WCOpcode = 2
 	WCCompSwap    WCOpcode = 3
 	WCFetchAdd    WCOpcode = 4
+	WCFlush       WCOpcode = 8
+	WCAtomicWrite WCOpcode = 9
 	WCRecv        WCOpcode = 128
 	WCRecvRDMAImm WCOpcode = 129
 )
@@ -508,6 +545,14 @@ type Memory interface {
 	// Invalidate invalidates the memory window or region named by rkey
 	// (SEND_WITH_INV); it reports whether the key was valid.
 	Invalidate(rkey uint32) bool
+	// Flush checks a FLUSH (IBA 1.5 annex A19): rkey names a valid
+	// region granting need (AccessFlushGlobal, AccessFlushPersistent)
+	// that holds [va, va+length), or, with whole, any bytes at all (a
+	// zero length is checked too: a FLUSH has no zero-length
+	// exemption). What the QP placed before is then visible and
+	// persistent: an implementation that delays writes makes them
+	// before the QP's next packet goes out.
+	Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool
 }
 
 // Errors returned by verbs calls. Protocol failures are never Go errors:

@@ -143,7 +143,7 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 				asks += q.lostBefore(seq)
 			}
 		case bth.KindAtomicAck:
-			if !w.rdAtomic || w.wr.Opcode == WRRead || psn != w.first {
+			if (w.wr.Opcode != WRCompareSwap && w.wr.Opcode != WRFetchAdd) || psn != w.first {
 				q.ctr.DroppedPkts++
 				break
 			}
@@ -452,6 +452,9 @@ func (q *QP) emitAcked(now Time, idx uint64, k uint32) bool {
 // of a bad response, and whether the packet shows w's responses from rcvd
 // on lost (a gap), which it then asks for again.
 func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth.PSN, progress *bool) (WCStatus, bool) {
+	if w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite {
+		return q.placedResponse(now, w, p, psn, progress), false
+	}
 	if w.wr.Opcode != WRRead {
 		q.ctr.DroppedPkts++
 		return WCSuccess, false
@@ -504,6 +507,24 @@ func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth
 		q.rdDone(now, w)
 	}
 	return WCSuccess, false
+}
+
+// placedResponse takes the answer to a FLUSH or ATOMIC_WRITE: an RDMA
+// READ response ONLY with no payload at the request's PSN (as rdma_rxe
+// answers both). One at another PSN answers another request and is
+// dropped, as a stray atomic ACK is; a lost answer is asked for again as
+// an atomic's is.
+func (q *QP) placedResponse(now Time, w *sendWQE, p *bth.Packet, psn bth.PSN, progress *bool) WCStatus {
+	if psn != w.first || w.done {
+		q.ctr.DroppedPkts++
+		return WCSuccess
+	}
+	if p.Info.Pos != bth.PosOnly || p.PayloadN != 0 {
+		return WCBadRespErr
+	}
+	q.rdDone(now, w)
+	*progress = true
+	return WCSuccess
 }
 
 // READ recovery. A READ whose responses were lost asks for the rest: a

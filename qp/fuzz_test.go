@@ -11,7 +11,7 @@ import (
 // panic and the queue invariants must hold afterwards.
 func FuzzReceive(f *testing.F) {
 	// Seeds: an ACK, a NAK, a READ response, a WRITE, a READ request, an
-	// atomic, a UD send.
+	// atomic, a UD send, a FLUSH (its FETH from msn), an ATOMIC_WRITE.
 	f.Add(uint8(0), uint8(bth.OpAck), uint32(0), false, uint64(0), uint32(0), uint32(0), uint8(0x1f), uint32(1), []byte{})
 	f.Add(uint8(0), uint8(bth.OpAck), uint32(1), false, uint64(0), uint32(0), uint32(0), uint8(0x60), uint32(1), []byte{})
 	f.Add(uint8(0), uint8(bth.OpReadRespFirst), uint32(1), false, uint64(0), uint32(0), uint32(0), uint8(0x1f), uint32(1), make([]byte, 256))
@@ -19,6 +19,8 @@ func FuzzReceive(f *testing.F) {
 	f.Add(uint8(0), uint8(bth.OpReadRequest), uint32(0), true, uint64(0x20000), uint32(2), uint32(4096), uint8(0), uint32(0), []byte{})
 	f.Add(uint8(0), uint8(bth.OpCompareSwap), uint32(0), true, uint64(0x20000), uint32(2), uint32(0), uint8(0), uint32(0), []byte{})
 	f.Add(uint8(2), uint8(bth.OpUDSendOnly), uint32(0), false, uint64(0), uint32(0), uint32(0), uint8(0), uint32(0x11111111), make([]byte, 100))
+	f.Add(uint8(0), uint8(bth.OpFlush), uint32(0), true, uint64(0x20000), uint32(2), uint32(64), uint8(0), uint32(0x11), []byte{})
+	f.Add(uint8(0), uint8(bth.OpAtomicWrite), uint32(0), true, uint64(0x20008), uint32(2), uint32(8), uint8(0), uint32(0), make([]byte, 8))
 	f.Add(uint8(1), uint8(bth.OpSendMiddle.On(bth.TransportUC)), uint32(5), false, uint64(0), uint32(0), uint32(0), uint8(0), uint32(0), make([]byte, 256))
 	f.Fuzz(func(t *testing.T, typ, op uint8, psn uint32, ack bool, va uint64, rkey, dmaLen uint32, syn uint8, msn uint32, payload []byte) {
 		qt := Type(typ%3) + RC
@@ -36,6 +38,8 @@ func FuzzReceive(f *testing.F) {
 			if qt == RC {
 				n.post(t, SendWR{ID: 3, Opcode: WRRead, Flags: SendSignaled, SG: []SGE{{Addr: 0x20000, Length: 700, LKey: key}}})
 				n.post(t, SendWR{ID: 4, Opcode: WRFetchAdd, Flags: SendSignaled, SG: []SGE{{Addr: 0x20000, Length: 8, LKey: key}}})
+				n.post(t, SendWR{ID: 5, Opcode: WRAtomicWrite, Flags: SendSignaled, SG: []SGE{{Addr: 0x20000, Length: 8, LKey: key}}})
+				n.post(t, SendWR{ID: 6, Opcode: WRFlush, Flags: SendSignaled, FlushType: FlushGlobal, FlushLevel: FlushMR})
 			}
 		}
 		n.qp.Pump(0)
@@ -45,6 +49,7 @@ func FuzzReceive(f *testing.F) {
 		h.VA, h.RKey, h.DMALen = va, rkey, dmaLen
 		h.AtomicVA, h.AtomicRKey = va, rkey
 		h.Syndrome, h.MSN = bth.Syndrome(syn), msn
+		h.FETH = msn
 		h.QKey, h.SrcQP = msn, psn&bth.PSNMask
 		if len(payload) > 4096 {
 			payload = payload[:4096]

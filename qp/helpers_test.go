@@ -54,6 +54,18 @@ func (m *fakeMem) Check(key uint32, addr uint64, length uint32, need Access, rem
 	return ok
 }
 
+func (m *fakeMem) Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool {
+	if whole {
+		if int(rkey) >= len(m.regions) {
+			return false
+		}
+		r := &m.regions[rkey]
+		return r.valid && r.access&need == need
+	}
+	_, ok := m.lookup(rkey, va, length, need)
+	return ok
+}
+
 func (m *fakeMem) Invalidate(rkey uint32) bool {
 	if int(rkey) >= len(m.regions) || !m.regions[rkey].valid {
 		return false
@@ -166,7 +178,8 @@ type connOpts struct {
 
 func defaultConn() connOpts {
 	return connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnrRetry: 7, minRNR: 12, rdAtomic: 4, destRdAtomic: 4,
-		access: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}
+		access: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
+			AccessFlushGlobal | AccessFlushPersistent}
 }
 
 // connect brings q to RTS towards destQPN with o.

@@ -159,7 +159,7 @@ func (q *QP) checkModify(a *Attr, mask AttrMask) (State, error) {
 	bad := func(what string, v any) error {
 		return fmt.Errorf("modify qp: %s %v: %w", what, v, ErrInvalidAttr)
 	}
-	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessFlushGlobal|AccessFlushPersistent) != 0 {
 		return cur, bad("ACCESS_FLAGS", a.AccessFlags)
 	}
 	if mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0 {

@@ -288,6 +288,7 @@ func (q *QP) sendWC(w *sendWQE, st WCStatus, force bool) {
 var wcOpcode = [...]WCOpcode{
 	WRSend: WCSend, WRSendWithImm: WCSend, WRSendWithInv: WCSend, WRWrite: WCRDMAWrite,
 	WRWriteWithImm: WCRDMAWrite, WRRead: WCRDMARead, WRCompareSwap: WCCompSwap, WRFetchAdd: WCFetchAdd,
+	WRFlush: WCFlush, WRAtomicWrite: WCAtomicWrite,
 }
 
 // recvWC completes the receive WQE in progress.

@@ -25,6 +25,9 @@ type sendWQE struct {
 	done     bool    // acknowledged (or failed): ready to retire in order
 	status   WCStatus
 	ask      askState // READ or atomic: its last request (completer.go)
+	// awData holds the inline data of an ATOMIC_WRITE, which has its 8
+	// bytes whatever the QP's max_inline.
+	awData [8]byte
 }
 
 // askState is what the last request of a READ or atomic asked for, and
@@ -128,12 +131,18 @@ func (s *sendQueue) push(wr *SendWR, length uint32, inline bool, mem Memory) *se
 	// escape to the heap.
 	*w = sendWQE{length: length, wr: SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvRKey: wr.InvRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd,
-		Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}}
+		Swap: wr.Swap, FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}}
 	if s.avs != nil && wr.AH != nil {
 		s.avs[i].set(&wr.AH.Path)
 	}
 	if inline {
-		buf := s.inl[int(i)*s.maxInline : int(i)*s.maxInline+int(length)]
+		var buf []byte
+		if wr.Opcode == WRAtomicWrite {
+			buf = w.awData[:length]
+		} else {
+			buf = s.inl[int(i)*s.maxInline : int(i)*s.maxInline+int(length)]
+		}
 		off := 0
 		if wr.Inline != nil {
 			copy(buf, wr.Inline)

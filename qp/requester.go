@@ -115,7 +115,7 @@ func (q *QP) windowFull() bool {
 }
 
 var wrNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
-	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "FLUSH", "ATOMIC_WRITE"}
 
 func (o WROpcode) String() string {
 	if int(o) < len(wrNames) {
@@ -124,13 +124,21 @@ func (o WROpcode) String() string {
 	return "invalid"
 }
 
-func isRdAtomic(o WROpcode) bool { return o == WRRead || o == WRCompareSwap || o == WRFetchAdd }
+// isRdAtomic reports whether a request is answered by a response of its
+// own (a READ response or an atomic ACK) and holds a max_rd_atomic
+// credit while it is outstanding: READ, the atomics, and FLUSH and
+// ATOMIC_WRITE (answered by a zero-length READ response).
+func isRdAtomic(o WROpcode) bool { return o >= WRRead && o <= WRAtomicWrite }
+
+// writesLocal reports whether a request's response is written into its
+// local buffers (READ and the fetching atomics).
+func writesLocal(o WROpcode) bool { return o >= WRRead && o <= WRFetchAdd }
 
 // opAllowed reports whether a QP type supports a send operation.
 func opAllowed(t Type, o WROpcode) bool {
 	switch t {
 	case RC:
-		return o <= WRFetchAdd
+		return o <= WRAtomicWrite
 	case UC:
 		return o == WRSend || o == WRSendWithImm || o == WRWrite || o == WRWriteWithImm
 	case UD:
@@ -157,7 +165,7 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 	if q.caps.MaxSendWR == 0 || q.sq.full() {
 		return fmt.Errorf("post send: %w", ErrQueueFull)
 	}
-	inline := wr.Flags&SendInline != 0 && !isRdAtomic(wr.Opcode)
+	inline := wr.Flags&SendInline != 0 && (!isRdAtomic(wr.Opcode) || wr.Opcode == WRAtomicWrite)
 	var n uint64
 	if inline && wr.Inline != nil {
 		n = uint64(len(wr.Inline))
@@ -169,11 +177,18 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 	if n > maxMessage {
 		return fmt.Errorf("post send: length %d exceeds %d: %w", n, maxMessage, ErrInvalidWR)
 	}
-	if inline && n > uint64(q.sq.maxInline) {
+	if inline && n > uint64(q.sq.maxInline) && wr.Opcode != WRAtomicWrite {
 		return fmt.Errorf("post send: inline length %d exceeds %d: %w", n, q.sq.maxInline, ErrInvalidWR)
 	}
 	if (wr.Opcode == WRCompareSwap || wr.Opcode == WRFetchAdd) && n != 8 {
 		return fmt.Errorf("post send: atomic needs one 8-byte local buffer, got %d bytes: %w", n, ErrInvalidWR)
+	}
+	if wr.Opcode == WRAtomicWrite && n != 8 {
+		return fmt.Errorf("post send: atomic write needs 8 bytes of data, got %d: %w", n, ErrInvalidWR)
+	}
+	if wr.Opcode == WRFlush && (n != 0 || wr.FlushType&^(FlushGlobal|FlushPersistent) != 0 || wr.FlushType == 0 || wr.FlushLevel > FlushMR) {
+		return fmt.Errorf("post send: flush of type %d, level %d, with %d bytes of data: %w",
+			wr.FlushType, wr.FlushLevel, n, ErrInvalidWR)
 	}
 	if q.typ == UD && wr.AH == nil {
 		return fmt.Errorf("post send: ud request without an address handle: %w", ErrInvalidWR)
@@ -191,7 +206,7 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 // pkts returns the PSNs a request consumes.
 func (q *QP) pkts(w *sendWQE) uint32 {
 	switch w.wr.Opcode {
-	case WRCompareSwap, WRFetchAdd:
+	case WRCompareSwap, WRFetchAdd, WRFlush, WRAtomicWrite:
 		return 1
 	}
 	if q.typ == UD || w.length == 0 {
@@ -241,7 +256,7 @@ func (q *QP) start(w *sendWQE) bool {
 			st = WCLocQPOpErr
 		case w.inline == nil:
 			var need Access
-			if w.rdAtomic {
+			if writesLocal(w.wr.Opcode) {
 				need = AccessLocalWrite
 			}
 			for _, sg := range w.wr.SG {
@@ -407,6 +422,20 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 	case WRFetchAdd:
 		h = q.headers(bth.OpFetchAdd, psn, true)
 		h.AtomicVA, h.AtomicRKey, h.SwapAdd = w.wr.RemoteAddr, w.wr.RKey, w.wr.CompareAdd
+	case WRFlush:
+		// No payload (IBA oA19-2); the RETH names the range, its length
+		// zero for a whole-region FLUSH unless one was given.
+		h = q.headers(bth.OpFlush, psn, true)
+		h.FETH = bth.FETHValue(uint8(w.wr.FlushType), uint8(w.wr.FlushLevel))
+		h.VA, h.RKey, h.DMALen = w.wr.RemoteAddr, w.wr.RKey, w.wr.FlushLen
+	case WRAtomicWrite:
+		h = q.headers(bth.OpAtomicWrite, psn, true)
+		h.VA, h.RKey, h.DMALen = w.wr.RemoteAddr, w.wr.RKey, 8
+		var ok bool
+		if payload, ok = q.gather(w, 0, 8); !ok {
+			q.failWQE(w, WCLocProtErr)
+			return false, last
+		}
 	default:
 		off := k * mtu
 		n := min(mtu, w.length-off)

@@ -54,17 +54,28 @@ type memRef struct {
 	dlen uint32
 }
 
-// rdRes remembers an executed READ or atomic for duplicates: a READ is
-// executed again, an atomic is answered from its saved result.
+// rdRes remembers an executed READ, atomic, FLUSH or ATOMIC_WRITE for
+// duplicates: a READ is executed again, an atomic is answered from its
+// saved result, a FLUSH or ATOMIC_WRITE is answered again without
+// executing it twice.
 type rdRes struct {
-	valid  bool
-	atomic bool
-	first  bth.PSN
-	npkts  uint32
-	msn    uint32
-	orig   uint64
-	read   memRef // READ: what the request asked for
+	valid bool
+	kind  resKind
+	first bth.PSN
+	npkts uint32
+	msn   uint32
+	orig  uint64
+	read  memRef // READ: what the request asked for
 }
+
+// resKind is what a saved resource was.
+type resKind uint8
+
+const (
+	resRead   resKind = iota
+	resAtomic         // COMPARE_SWAP, FETCH_ADD
+	resPlaced         // FLUSH, ATOMIC_WRITE: answered by a READ response ONLY of no bytes
+)
 
 // rerr is the outcome of executing a request.
 type rerr uint8
@@ -593,8 +604,18 @@ func (q *QP) execute(p *bth.Packet, psn bth.PSN, rc bool) rerr {
 			return rInvReq
 		}
 		return q.execAtomic(p, psn)
+	case bth.KindFlush:
+		if !rc || r.rcur != curNone {
+			return rInvReq
+		}
+		return q.execFlush(p, psn)
+	case bth.KindAtomicWrite:
+		if !rc || r.rcur != curNone {
+			return rInvReq
+		}
+		return q.execAtomicWrite(p, psn)
 	default:
-		return rInvReq // FLUSH, ATOMIC_WRITE, RESYNC: not supported
+		return rInvReq // RESYNC: not supported
 	}
 	if e == rOK {
 		q.ePSN = psn.Next()
@@ -816,22 +837,109 @@ func (q *QP) execAtomic(p *bth.Packet, psn bth.PSN) rerr {
 		binary.NativeEndian.PutUint64(b, a.SwapAdd())
 	}
 	r.msn++
-	*q.takeRes() = rdRes{valid: true, atomic: true, first: psn, npkts: 1, msn: r.msn, orig: orig}
+	*q.takeRes() = rdRes{valid: true, kind: resAtomic, first: psn, npkts: 1, msn: r.msn, orig: orig}
 	q.pushAtomic(psn, orig, r.msn, true)
 	q.ePSN = psn.Next()
 	r.nakSent = false
 	return rOK
 }
 
+// Memory placement (IBA 1.5 annex A19). FLUSH and ATOMIC_WRITE are
+// checked in rdma_rxe's order, with its outcomes: rights the QP does not
+// grant (remote write for ATOMIC_WRITE, the flush right of each
+// placement type asked for) are an invalid request, as the IBTA has it
+// for an operation a QP does not support, where READ, WRITE and the
+// atomics here answer a remote access error; a bad R_Key, rights the
+// region lacks or bytes outside it a remote access error; an
+// ATOMIC_WRITE whose length or payload is not 8 bytes, or whose address
+// is not 8-byte aligned, an invalid request. Both are answered by an
+// RDMA READ response ONLY with no payload, and both hold a READ/atomic
+// resource while the answer is queued, saved for duplicates.
+
+// placedRes saves the resource of a FLUSH or ATOMIC_WRITE executed at
+// psn and queues its answer. A FLUSH finds none free when a requester
+// does not count FLUSHes against its max_rd_atomic (rdma_rxe's does
+// not): it is answered all the same, and a duplicate of it is dropped.
+func (q *QP) placedRes(psn bth.PSN) {
+	r := &q.resp
+	r.msn++
+	res := q.takeRes()
+	if res != nil {
+		*res = rdRes{valid: true, kind: resPlaced, first: psn, npkts: 1, msn: r.msn}
+	}
+	q.pushRead(psn, memRef{}, 1, r.msn, res != nil)
+	q.ePSN = psn.Next()
+	r.nakSent = false
+}
+
+func (q *QP) execFlush(p *bth.Packet, psn bth.PSN) rerr {
+	r := &q.resp
+	f := p.FETH()
+	var need Access
+	if f.Placement()&uint8(FlushGlobal) != 0 {
+		need |= AccessFlushGlobal
+	}
+	if f.Placement()&uint8(FlushPersistent) != 0 {
+		need |= AccessFlushPersistent
+	}
+	if q.attr.AccessFlags&need != need {
+		return rInvReq
+	}
+	reth := p.RETH()
+	if reth.DMALen() > maxMessage {
+		return rInvReq
+	}
+	if !r.room() {
+		return rDrop
+	}
+	if !q.mem.Flush(reth.RKey(), reth.VA(), reth.DMALen(), need, f.Selectivity() == uint8(FlushMR)) {
+		return rAccess
+	}
+	q.placedRes(psn)
+	return rOK
+}
+
+func (q *QP) execAtomicWrite(p *bth.Packet, psn bth.PSN) rerr {
+	r := &q.resp
+	if q.attr.AccessFlags&AccessRemoteWrite == 0 {
+		return rInvReq
+	}
+	if len(r.res) == 0 || r.busy >= len(r.res) {
+		return rInvReq
+	}
+	reth := p.RETH()
+	dst := memRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}
+	if dst.dlen > maxMessage {
+		return rInvReq
+	}
+	if !r.room() {
+		return rDrop
+	}
+	if dst.dlen > 0 && !q.mem.Check(dst.rkey, dst.va, dst.dlen, AccessRemoteWrite, true) {
+		return rAccess
+	}
+	if dst.dlen != 8 || p.PayloadN != 8 || dst.va&7 != 0 {
+		return rInvReq
+	}
+	b, ok := q.mem.Remote(dst.rkey, dst.va, 8, AccessRemoteWrite)
+	if !ok || len(b) < 8 {
+		return rAccess
+	}
+	copy(b, p.Payload())
+	q.placedRes(psn)
+	return rOK
+}
+
 // duplicate answers a request whose PSN is before ePSN: SEND and WRITE
-// are acknowledged again, up to their own PSN, with the current MSN, a READ is executed again
-// from its saved resource, an atomic is answered from its saved result.
+// are acknowledged again, up to their own PSN, with the current MSN, a
+// READ is executed again from its saved resource, an atomic is answered
+// from its saved result, a FLUSH or ATOMIC_WRITE answered again.
 func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 	r := &q.resp
 	q.ctr.DuplicateRequest++
 	switch p.Info.Kind {
 	case bth.KindReadRequest:
-		res := q.findRes(psn, false)
+		res := q.findRes(psn, resRead)
 		reth := p.RETH()
 		src := memRef{rkey: reth.RKey(), va: reth.VA(), dlen: reth.DMALen()}
 		if res == nil || !q.dupReadFits(res, psn, src) {
@@ -850,12 +958,25 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 			q.ctr.DroppedPkts++
 		}
 	case bth.KindCompareSwap, bth.KindFetchAdd:
-		res := q.findRes(psn, true)
+		res := q.findRes(psn, resAtomic)
 		if res == nil || res.first != psn {
 			q.ctr.DroppedPkts++
 			return
 		}
 		if !q.pushAtomic(psn, res.orig, res.msn, false) {
+			q.ctr.DroppedPkts++
+		}
+	case bth.KindFlush, bth.KindAtomicWrite:
+		// Answered again, not executed again (IBA oA19-14, oA19-15 for
+		// FLUSH; an ATOMIC_WRITE is not repeated either, as rdma_rxe
+		// replays both). Without a saved resource it is dropped, a
+		// class D error, as a duplicate atomic is.
+		res := q.findRes(psn, resPlaced)
+		if res == nil || res.first != psn {
+			q.ctr.DroppedPkts++
+			return
+		}
+		if !q.pushRead(psn, memRef{}, 1, res.msn, false) {
 			q.ctr.DroppedPkts++
 		}
 	default:
@@ -889,13 +1010,12 @@ func (q *QP) dupReadFits(res *rdRes, psn bth.PSN, src memRef) bool {
 		uint64(src.dlen) <= uint64(o.dlen)-off && off/uint64(q.mtu) == uint64(k)
 }
 
-// findRes returns the saved READ (atomic false) or atomic resource whose
-// PSN range holds psn.
-func (q *QP) findRes(psn bth.PSN, atomic bool) *rdRes {
+// findRes returns the saved resource of a kind whose PSN range holds psn.
+func (q *QP) findRes(psn bth.PSN, kind resKind) *rdRes {
 	r := &q.resp
 	for i := range r.res {
 		res := &r.res[i]
-		if res.valid && res.atomic == atomic && psn.InWindow(res.first, int(res.npkts)) {
+		if res.valid && res.kind == kind && psn.InWindow(res.first, int(res.npkts)) {
 			return res
 		}
 	}

@@ -277,8 +277,8 @@ func TestResponderInvalidRequests(t *testing.T) {
 		{"only packet above the MTU", func(t *testing.T, key uint32) []*bth.Packet {
 			return []*bth.Packet{req(t, bth.OpSendOnly, 0, true, make([]byte, 1025), nil)}
 		}, 0, 0},
-		{"unsupported opcode", func(t *testing.T, key uint32) []*bth.Packet {
-			return []*bth.Packet{req(t, bth.OpFlush, 0, true, nil, nil)}
+		{"misaligned atomic write", func(t *testing.T, key uint32) []*bth.Packet {
+			return []*bth.Packet{req(t, bth.OpAtomicWrite, 0, true, make([]byte, 8), reth(0x20004, key, 8))}
 		}, 0, 0},
 		{"misaligned atomic", func(t *testing.T, key uint32) []*bth.Packet {
 			return []*bth.Packet{req(t, bth.OpFetchAdd, 0, true, nil, func(h *bth.Headers) { h.AtomicVA, h.AtomicRKey = 0x20004, key })}

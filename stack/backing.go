@@ -149,6 +149,11 @@ func (m *qpMemory) Check(key uint32, addr uint64, length uint32, need Access, re
 	return m.q.pd.mem.Check(key, addr, length, need, remote)
 }
 
+// Flush implements qp.Memory.
+func (m *qpMemory) Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool {
+	return m.q.pd.mem.Flush(rkey, va, length, need, whole)
+}
+
 // Invalidate implements qp.Memory.
 func (m *qpMemory) Invalidate(rkey uint32) bool { return m.q.pd.mem.Invalidate(rkey) }
 

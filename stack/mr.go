@@ -21,8 +21,14 @@ const (
 	AccessRemoteWrite  = qp.AccessRemoteWrite
 	AccessRemoteRead   = qp.AccessRemoteRead
 	AccessRemoteAtomic = qp.AccessRemoteAtomic
+	// AccessFlushGlobal and AccessFlushPersistent let a peer's FLUSH
+	// of that placement type name the region (IBV_ACCESS_FLUSH_GLOBAL,
+	// IBV_ACCESS_FLUSH_PERSISTENT). Placed bytes are in memory the
+	// moment they are placed, so a FLUSH only checks them.
+	AccessFlushGlobal     = qp.AccessFlushGlobal
+	AccessFlushPersistent = qp.AccessFlushPersistent
 
-	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal | AccessFlushPersistent
 	accessAll    = AccessLocalWrite | accessRemote
 )
 
@@ -387,6 +393,14 @@ func (m *pdMemory) Check(key uint32, addr uint64, length uint32, need Access, re
 		mr = m.localMR(key, need)
 	}
 	return mr != nil && mr.inBounds(addr, length)
+}
+
+// Flush implements qp.Memory, for regions of both kinds: the bytes of
+// backed regions are written back before the engine transmits (see
+// backing.go), so before the FLUSH is answered.
+func (m *pdMemory) Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool {
+	mr := m.remoteMR(rkey, need)
+	return mr != nil && (whole || mr.inBounds(va, length))
 }
 
 // Invalidate implements qp.Memory: it invalidates the region of this PD

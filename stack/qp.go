@@ -37,6 +37,11 @@ type (
 	Opcode = qp.WROpcode
 	// SendFlags are ibv_send_flags.
 	SendFlags = qp.SendFlags
+	// FlushType is the placement type of a FLUSH (ibv_placement_type).
+	FlushType = qp.FlushType
+	// FlushLevel is the selectivity level of a FLUSH
+	// (ibv_selectivity_level).
+	FlushLevel = qp.FlushLevel
 	// PSN is a 24-bit packet sequence number.
 	PSN = bth.PSN
 )
@@ -70,6 +75,13 @@ const (
 	OpRead         = qp.WRRead
 	OpCompareSwap  = qp.WRCompareSwap
 	OpFetchAdd     = qp.WRFetchAdd
+	OpFlush        = qp.WRFlush
+	OpAtomicWrite  = qp.WRAtomicWrite
+
+	FlushGlobal     = qp.FlushGlobal
+	FlushPersistent = qp.FlushPersistent
+	FlushRange      = qp.FlushRange
+	FlushMR         = qp.FlushMR
 
 	SendFence     = qp.SendFence
 	SendSignaled  = qp.SendSignaled
@@ -96,6 +108,8 @@ const (
 	WCRDMARead    = qp.WCRDMARead
 	WCCompSwap    = qp.WCCompSwap
 	WCFetchAdd    = qp.WCFetchAdd
+	WCFlush       = qp.WCFlush
+	WCAtomicWrite = qp.WCAtomicWrite
 	WCRecv        = qp.WCRecv
 	WCRecvRDMAImm = qp.WCRecvRDMAImm
 
@@ -137,11 +151,21 @@ type SendWR struct {
 	SG      []SGE
 	Imm     uint32 // immediate data (host order), *_WITH_IMM
 	InvRKey uint32 // R_Key to invalidate, SEND_WITH_INV
-	// Remote is the target of WRITE, READ and atomics; atomics need an
-	// 8-byte aligned address and one 8-byte SGE for the result.
+	// Remote is the target of WRITE, READ, atomics, FLUSH and
+	// ATOMIC_WRITE; atomics need an 8-byte aligned address and one
+	// 8-byte SGE for the result, ATOMIC_WRITE an 8-byte aligned address
+	// and 8 bytes of data (SG or Inline).
 	Remote     RemoteAddr
 	CompareAdd uint64 // compare (CMP_SWAP) or addend (FETCH_ADD)
 	Swap       uint64 // CMP_SWAP
+	// FLUSH (ibv_wr_flush): the placement type (FlushGlobal,
+	// FlushPersistent or both), the selectivity level, and with
+	// FlushRange the bytes from Remote.Addr to make visible or
+	// persistent. The peer's QP and region need the matching
+	// AccessFlushGlobal or AccessFlushPersistent.
+	FlushType  FlushType
+	FlushLevel FlushLevel
+	FlushLen   uint32
 	// Inline, with SendInline, is the data itself, sent instead of
 	// what SG names (copied when the request is posted).
 	Inline []byte
@@ -630,6 +654,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	s := &qp.SendWR{
 		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
+		FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey, Inline: wr.Inline,
 	}
 	if wr.AH != nil {

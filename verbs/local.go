@@ -312,6 +312,7 @@ func toStackWR(s *stack.SendWR, wr *SendWR) bool {
 	*s = stack.SendWR{
 		ID: wr.ID, Op: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		Remote: wr.Remote, CompareAdd: wr.CompareAdd, Swap: wr.Swap, Inline: wr.Inline,
+		FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
 	}
 	if wr.AH == nil {

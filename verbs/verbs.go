@@ -135,6 +135,9 @@ type SendWR struct {
 	Remote     RemoteAddr
 	CompareAdd uint64
 	Swap       uint64
+	FlushType  stack.FlushType  // FLUSH
+	FlushLevel stack.FlushLevel // FLUSH
+	FlushLen   uint32           // FLUSH
 	Inline     []byte
 	AH         AH // UD
 	RemoteQPN  uint32

@@ -229,6 +229,8 @@ func perftestSkips(s *conform.Scenario, tool perftest.Tool) string {
 	switch {
 	case n.Peer:
 		return "the peer must be made to post requests: only --self can"
+	case n.Flush:
+		return "needs the flush rights, which no perftest server grants"
 	case n.Write && verb != perftest.Write, n.Read && verb != perftest.Read, n.Atomic && verb != perftest.Atomic:
 		return fmt.Sprintf("needs remote access %s does not grant (its region allows %s only)", tool,
 			map[perftest.Verb]string{perftest.Send: "SENDs", perftest.Write: "remote writes", perftest.Read: "remote reads", perftest.Atomic: "remote atomics"}[verb])

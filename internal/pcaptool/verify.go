@@ -369,6 +369,7 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 
 	consumed := 1
 	isRead := info.Kind == bth.KindReadRequest
+	placed := info.Kind == bth.KindFlush || info.Kind == bth.KindAtomicWrite
 	var dma uint32
 	if isRead {
 		if !rec.hdr(bth.HdrRETH) {
@@ -437,8 +438,8 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 				r.next = end
 			}
 		}
-		if isRead {
-			// A repeated READ: its responses will repeat too.
+		if isRead || placed {
+			// A repeated READ (FLUSH, ATOMIC_WRITE): its responses will repeat too.
 			for i := range r.reads {
 				if r.reads[i].psn == psn {
 					r.reads[i].nextResp, r.reads[i].bytes, r.reads[i].done = psn, 0, false
@@ -461,6 +462,16 @@ func (v *Verifier) request(rec *Record, fl *qpFlow) {
 			r.next = psn.Add(consumed)
 			r.ends = append(r.ends, msgEnd{psn.Add(consumed - 1), n})
 		}
+	case placed:
+		// Answered by a READ response ONLY of no bytes (IBA 1.5 annex
+		// A19, as rdma_rxe answers them).
+		r.reads = append(r.reads, readReq{psn: psn, n: 1, frame: n, nextResp: psn})
+		if len(r.reads) > 64 {
+			r.reads = r.reads[:copy(r.reads, r.reads[1:])]
+			r.pendRead = max(r.pendRead-1, 0)
+		}
+		r.next = psn.Next()
+		r.ends = append(r.ends, msgEnd{psn, n})
 	case info.Kind == bth.KindCompareSwap || info.Kind == bth.KindFetchAdd:
 		r.atomics = append(r.atomics, msgEnd{psn, n})
 		if len(r.atomics) > 64 {

@@ -368,3 +368,45 @@ func TestVerifyUDPChecksum(t *testing.T) {
 		})
 	}
 }
+
+// FLUSH and ATOMIC_WRITE are answered by a READ response ONLY of no
+// bytes, as rdma_rxe answers them.
+func TestVerifyPlacement(t *testing.T) {
+	placedResp := func(r *rig, psn bth.PSN, msn uint32) []byte {
+		return r.frame(false, bth.BTHFields{Opcode: bth.OpReadRespOnly, DestQP: 0x11, PSN: psn}, nil, func(h *bth.Headers) {
+			h.Syndrome, h.MSN = bth.ACKSyndrome(31), msn
+		})
+	}
+	flush := func(r *rig) []byte {
+		f := r.frame(true, bth.BTHFields{Opcode: bth.OpFlush, DestQP: 0x12, PSN: r.psn, AckReq: true}, nil, func(h *bth.Headers) {
+			h.FETH, h.VA, h.RKey, h.DMALen = bth.FETHValue(1, 0), 0x1000, 0x42, 64
+		})
+		r.psn = r.psn.Next()
+		return f
+	}
+	aw := func(r *rig) []byte {
+		f := r.frame(true, bth.BTHFields{Opcode: bth.OpAtomicWrite, DestQP: 0x12, PSN: r.psn, AckReq: true}, make([]byte, 8), func(h *bth.Headers) {
+			h.VA, h.RKey, h.DMALen = 0x1000, 0x42, 8
+		})
+		r.psn = r.psn.Next()
+		return f
+	}
+	tests := []struct {
+		name   string
+		frames func(r *rig) [][]byte
+		want   []wantFinding
+	}{
+		{"both answered", func(r *rig) [][]byte {
+			return [][]byte{aw(r), placedResp(r, 0xfffffd, 1), flush(r), placedResp(r, 0xfffffe, 2)}
+		}, nil},
+		{"answered twice", func(r *rig) [][]byte {
+			return [][]byte{aw(r), placedResp(r, 0xfffffd, 1), placedResp(r, 0xfffffd, 1)}
+		}, []wantFinding{{3, SevFlow, "duplicate", "answered again"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := verifyFrames(t, tt.frames(newRig(t)))
+			checkFindings(t, got, tt.want)
+		})
+	}
+}

@@ -163,8 +163,9 @@ static int send_op_check(const struct uv_qp *q, enum ibv_wr_opcode op)
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_ATOMIC_WRITE:
 		return t == IBV_QPT_RC ? 0 : EINVAL;
-	default: /* LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, DRIVER1 */
+	default: /* LOCAL_INV, BIND_MW, TSO, DRIVER1 */
 		return EINVAL;
 	}
 }
@@ -175,10 +176,17 @@ static int is_read_or_atomic(unsigned op)
 	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-/* Appends l bytes at p to slot b's inline data, *total bytes so far: 0 or EINVAL past max_inline. */
-static int add_inline(const struct uv_qp *q, uint8_t *b, uint32_t *total, const void *p, size_t l)
+/*
+ * Appends l bytes at p to slot b (of opcode op) inline data, *total bytes
+ * so far: 0 or EINVAL past max_inline. An ATOMIC_WRITE's 8 bytes need no
+ * max_inline (SendSlot: they fit any slot with room for an SGE).
+ */
+static int add_inline(const struct uv_qp *q, unsigned op, uint8_t *b, uint32_t *total, const void *p, size_t l)
 {
-	if (l > q->caps.max_inline - *total)
+	uint32_t max = q->caps.max_inline;
+	if (op == IBV_WR_ATOMIC_WRITE && q->sq.size >= UP_SEND_SLOT_HEADER + 8)
+		max = 8;
+	if (l > max - *total)
 		return EINVAL;
 	memcpy(b + UP_SEND_SLOT_HEADER + *total, p, l);
 	*total += l;
@@ -228,6 +236,7 @@ static int put_send(struct uv_qp *q, const struct ibv_send_wr *wr, uint8_t *b)
 		/* fall through */
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_WRITE: /* its 8 bytes: the SGEs, or inline */
 		s.remote_addr = wr->wr.rdma.remote_addr;
 		s.rkey = wr->wr.rdma.rkey;
 		break;
@@ -254,7 +263,7 @@ static int put_send(struct uv_qp *q, const struct ibv_send_wr *wr, uint8_t *b)
 		/* Inline data: the bytes themselves, from any memory (no lkey needed). */
 		uint32_t total = 0;
 		for (int i = 0; i < wr->num_sge; i++)
-			if (add_inline(q, b, &total, (const void *)(uintptr_t)wr->sg_list[i].addr,
+			if (add_inline(q, wr->opcode, b, &total, (const void *)(uintptr_t)wr->sg_list[i].addr,
 				       wr->sg_list[i].length))
 				return EINVAL;
 		s.num_sge = 0;
@@ -505,13 +514,13 @@ static void wr_set_inline_data_list(struct ibv_qp_ex *x, size_t num_buf, const s
 	struct up_send_slot *s = wr_current(q);
 	if (!s)
 		return;
-	if (is_read_or_atomic(s->opcode)) { /* inline data is for SEND and RDMA WRITE */
+	if (is_read_or_atomic(s->opcode)) { /* inline data is for SEND, RDMA WRITE and ATOMIC_WRITE */
 		wr_fail(q, EINVAL);
 		return;
 	}
 	uint32_t total = 0;
 	for (size_t i = 0; i < num_buf; i++)
-		if (add_inline(q, (uint8_t *)s, &total, buf_list[i].addr, buf_list[i].length)) {
+		if (add_inline(q, s->opcode, (uint8_t *)s, &total, buf_list[i].addr, buf_list[i].length)) {
 			wr_fail(q, EINVAL);
 			return;
 		}
@@ -567,10 +576,21 @@ static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_
 	wr_unsupported(qpx_qp(x));
 }
 
+/* The 8 bytes at atomic_wr go in the slot as inline data, copied now (ibv_wr_atomic_write(3)). */
 static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t remote_addr, const void *atomic_wr)
 {
-	(void)rkey, (void)remote_addr, (void)atomic_wr;
-	wr_unsupported(qpx_qp(x));
+	struct uv_qp *q = qpx_qp(x);
+	struct up_send_slot *s = wr_rdma(x, IBV_WR_ATOMIC_WRITE, rkey, remote_addr);
+	uint32_t total = 0;
+	if (!s)
+		return;
+	if (add_inline(q, IBV_WR_ATOMIC_WRITE, (uint8_t *)s, &total, atomic_wr, 8)) {
+		wr_fail(q, EINVAL);
+		return;
+	}
+	s->num_sge = 0;
+	s->inline_len = total;
+	s->flags |= IBV_SEND_INLINE;
 }
 
 static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
@@ -589,7 +609,7 @@ uint64_t uv_send_ops(struct uv_context *c, enum ibv_qp_type t)
 	const uint64_t writes = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 	switch (t) {
 	case IBV_QPT_RC: {
-		uint64_t ops = sends | writes | IBV_QP_EX_WITH_RDMA_READ;
+		uint64_t ops = sends | writes | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_WRITE;
 		if (c->attr.atomic_cap != IBV_ATOMIC_NONE)
 			ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 		if (c->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS)
