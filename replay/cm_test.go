@@ -16,15 +16,7 @@ import (
 // first PSN, and releases the connection (DREQ, DREP), after which the
 // listener's side sees it gone.
 func TestCMConnect(t *testing.T) {
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
-	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
-	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: macB, Addrs: []netip.Addr{ipB},
-		Neighbors: stack.StaticNeighbors{ipA: macA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	pa, dev, macA, macB, ipA, ipB := cmPeer(t)
 	l, err := rdmacm.Listen(dev, 7471)
 	if err != nil {
 		t.Fatal(err)
@@ -95,15 +87,7 @@ func bth32(v int64) uint32 { return uint32(v) }
 
 // TestCMNoListener: a port nobody listens on is refused, and said so.
 func TestCMNoListener(t *testing.T) {
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
-	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
-	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: macB, Addrs: []netip.Addr{ipB},
-		Neighbors: stack.StaticNeighbors{ipA: macA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	pa, dev, macA, macB, ipA, ipB := cmPeer(t)
 	if _, err := rdmacm.AgentFor(dev); err != nil { // the CM agent answers, rejecting
 		t.Fatal(err)
 	}
@@ -117,4 +101,19 @@ func TestCMNoListener(t *testing.T) {
 	if err := Drive(ctx, c, pa, nil); err != nil || c.Err() == nil {
 		t.Fatalf("connect to a port nobody listens on: %v, %v", err, c.Err())
 	}
+}
+
+// cmPeer is a uroce device (B) at the far end of a pipe from the played
+// end (A, whose link is returned).
+func cmPeer(t *testing.T) (stack.Link, *stack.Device, [6]byte, [6]byte, netip.Addr, netip.Addr) {
+	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
+	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: macB, Addrs: []netip.Addr{ipB},
+		Neighbors: stack.StaticNeighbors{ipA: macA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return pa, dev, macA, macB, ipA, ipB
 }

@@ -82,15 +82,7 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 	iters := uint64(cfg.Iters)
 	tot := iters * uint64(nq)
 	dur := cfg.Duration > 0
-	rcnt := make([]uint64, nq)
-	postedPerQP := make([]uint64, nq)
-	next := make([]uint64, nq)
-	for i := range s.qps {
-		postedPerQP[i] = uint64(cfg.RxDepth)
-		// Reposts start over at the first receive address, as
-		// ctx_set_recv_wqes leaves it.
-		next[i] = s.recvBase(i)
-	}
+	rcnt, postedPerQP, next := s.recvState()
 	var clock durClock
 	ctx := s.ctx
 	cancel := func() {}
@@ -218,13 +210,7 @@ func (s *session) runBi(size uint64) (pt.Report, error) {
 	if !dur {
 		posted, completed = make([]int64, tot), make([]int64, tot)
 	}
-	rcnt := make([]uint64, nq)
-	postedPerQP := make([]uint64, nq)
-	next := make([]uint64, nq)
-	for i := range s.qps {
-		postedPerQP[i] = uint64(cfg.RxDepth)
-		next[i] = s.recvBase(i)
-	}
+	rcnt, postedPerQP, next := s.recvState()
 	var clock durClock
 	started := false
 	ctx := s.ctx
@@ -377,4 +363,18 @@ func (s *session) checkSendWC(wc *verbs.WC, nq int, totS, totC uint64) error {
 		return fmt.Errorf("completion for unknown wr_id %d", wc.ID)
 	}
 	return nil
+}
+
+// recvState returns a receiving side's counts per QP: receives
+// completed, receives posted (the first RxDepth), and the address of the
+// next repost (reposts start over at the first receive address, as
+// ctx_set_recv_wqes leaves it).
+func (s *session) recvState() (rcnt, posted, next []uint64) {
+	nq := len(s.qps)
+	rcnt, posted, next = make([]uint64, nq), make([]uint64, nq), make([]uint64, nq)
+	for i := range s.qps {
+		posted[i] = uint64(s.cfg.RxDepth)
+		next[i] = s.recvBase(i)
+	}
+	return rcnt, posted, next
 }

@@ -119,15 +119,10 @@ func (s *session) runLatWriteDuration(size uint64) (pt.LatDurStats, error) {
 		if clock.ended(time.Now()) {
 			break
 		}
-		wc, err := s.pollOne(ctx, s.sendCQ)
-		if s.past(ctx, err) {
+		if past, err := s.sendDone(ctx, scnt, scnt-1); past {
 			break
-		}
-		if err != nil {
+		} else if err != nil {
 			return pt.LatDurStats{}, err
-		}
-		if wc.Status != qp.WCSuccess {
-			return pt.LatDurStats{}, s.sendFailed(&wc, scnt, scnt-1)
 		}
 		if clock.sampling(time.Now()) {
 			counted++
@@ -152,15 +147,10 @@ func (s *session) runLatReadDuration(size uint64) (pt.LatDurStats, error) {
 		if err := q.PostSend(wr); err != nil {
 			return pt.LatDurStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
-		wc, err := s.pollOne(ctx, s.sendCQ)
-		if s.past(ctx, err) {
+		if past, err := s.sendDone(ctx, scnt, scnt); past {
 			break
-		}
-		if err != nil {
+		} else if err != nil {
 			return pt.LatDurStats{}, err
-		}
-		if wc.Status != qp.WCSuccess {
-			return pt.LatDurStats{}, s.sendFailed(&wc, scnt, scnt)
 		}
 		if clock.sampling(time.Now()) {
 			counted++
@@ -222,17 +212,29 @@ func (s *session) runLatSendDuration(size uint64) (pt.LatDurStats, error) {
 			return pt.LatDurStats{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 		}
 		if signaled {
-			wc, err := s.pollOne(ctx, s.sendCQ)
-			if s.past(ctx, err) {
+			if past, err := s.sendDone(ctx, scnt, scnt); past {
 				break
-			}
-			if err != nil {
+			} else if err != nil {
 				return pt.LatDurStats{}, err
-			}
-			if wc.Status != qp.WCSuccess {
-				return pt.LatDurStats{}, s.sendFailed(&wc, scnt, scnt)
 			}
 		}
 	}
 	return pt.MeasureLatDuration(size, counted, clock.sample(), 2), nil
+}
+
+// sendDone waits for the completion of the send posted as scnt (ccnt the
+// count perftest names when it fails): past reports that the duration
+// ended while it waited.
+func (s *session) sendDone(ctx context.Context, scnt, ccnt uint64) (past bool, err error) {
+	wc, err := s.pollOne(ctx, s.sendCQ)
+	if s.past(ctx, err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if wc.Status != qp.WCSuccess {
+		return false, s.sendFailed(&wc, scnt, ccnt)
+	}
+	return false, nil
 }
