@@ -347,6 +347,11 @@ const (
 	// aligned RemoteAddr as one store (ibv_wr_atomic_write). Its inline
 	// data needs no max_inline.
 	WRAtomicWrite
+	// WRBindMW and WRLocalInv are local operations on memory windows and
+	// regions (IBV_WR_BIND_MW, IBV_WR_LOCAL_INV). The QP refuses them:
+	// the stack, which owns the keys, executes them.
+	WRBindMW
+	WRLocalInv
 )
 
 // FlushType is the placement type of a FLUSH (ibv_placement_type).
@@ -473,6 +478,8 @@ const (
 	WCRDMARead    WCOpcode = 2
 	WCCompSwap    WCOpcode = 3
 	WCFetchAdd    WCOpcode = 4
+	WCBindMW      WCOpcode = 5
+	WCLocalInv    WCOpcode = 7
 	WCFlush       WCOpcode = 8
 	WCAtomicWrite WCOpcode = 9
 	WCRecv        WCOpcode = 128

@@ -115,7 +115,7 @@ func (q *QP) windowFull() bool {
 }
 
 var wrNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
-	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "FLUSH", "ATOMIC_WRITE"}
+	"RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "FLUSH", "ATOMIC_WRITE", "BIND_MW", "LOCAL_INV"}
 
 func (o WROpcode) String() string {
 	if int(o) < len(wrNames) {

@@ -130,8 +130,8 @@ func (m *qpMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([
 	if length == 0 {
 		return emptyBytes, true
 	}
-	mr := m.q.pd.mem.remoteMR(rkey, need)
-	if mr == nil {
+	mr, lo, size := m.q.pd.mem.remoteMR(rkey, need, m.q)
+	if mr == nil || !within(lo, size, va, length) {
 		return nil, false
 	}
 	if mr.back == nil {
@@ -146,12 +146,12 @@ func (m *qpMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([
 
 // Check implements qp.Memory.
 func (m *qpMemory) Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool {
-	return m.q.pd.mem.Check(key, addr, length, need, remote)
+	return m.q.pd.mem.check(key, addr, length, need, remote, m.q)
 }
 
 // Flush implements qp.Memory.
 func (m *qpMemory) Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool {
-	return m.q.pd.mem.Flush(rkey, va, length, need, whole)
+	return m.q.pd.mem.flush(rkey, va, length, need, whole, m.q)
 }
 
 // Invalidate implements qp.Memory.

@@ -27,9 +27,12 @@ const (
 	// moment they are placed, so a FLUSH only checks them.
 	AccessFlushGlobal     = qp.AccessFlushGlobal
 	AccessFlushPersistent = qp.AccessFlushPersistent
+	// AccessMWBind lets memory windows be bound to the region
+	// (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 1 << 4
 
 	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal | AccessFlushPersistent
-	accessAll    = AccessLocalWrite | accessRemote
+	accessAll    = AccessLocalWrite | accessRemote | AccessMWBind
 )
 
 // PD is a protection domain (ibv_pd): memory regions, address handles,
@@ -99,6 +102,10 @@ type MR struct {
 	rkey   uint32
 	access Access
 	valid  atomic.Bool
+	// windows counts the memory windows bound to the region (guarded by
+	// the device's mrTable lock): while there are any, it cannot be
+	// deregistered or invalidated.
+	windows int
 	// backMu is read-held by a verbs goroutine reading back (inline
 	// data at post time, outside any engine batch); Deregister takes it
 	// to wait for such a read.
@@ -206,7 +213,8 @@ func (mr *MR) Access() Access { return mr.access }
 func (mr *MR) PD() *PD { return mr.pd }
 
 // Valid reports whether the region may be accessed: it is registered and
-// was not invalidated by a SEND_WITH_INV naming its R_Key.
+// was not invalidated by a SEND_WITH_INV naming its R_Key or an
+// OpLocalInv naming one of its keys.
 func (mr *MR) Valid() bool { return mr.valid.Load() }
 
 // SGE returns the scatter/gather element for length bytes at offset off
@@ -217,11 +225,12 @@ func (mr *MR) SGE(off uint64, length uint32) SGE {
 
 // Deregister removes the region (ibv_dereg_mr). When it returns, no
 // engine touches the buffer (or calls the backing) any more: requests
-// naming the keys fail with access errors.
+// naming the keys fail with access errors. It fails with ErrBusy while
+// memory windows are bound to the region.
 func (mr *MR) Deregister() error {
 	d := mr.pd.dev
-	if !d.mrs.remove(mr) {
-		return fmt.Errorf("deregister mr: %w", ErrDestroyed)
+	if err := d.mrs.remove(mr); err != nil {
+		return fmt.Errorf("deregister mr: %w", err)
 	}
 	mr.valid.Store(false)
 	d.quiesce()
@@ -265,13 +274,31 @@ func (mr *MR) inBounds(va uint64, n uint32) bool {
 	return ok
 }
 
-// mrTable maps key indices to regions. Lookups come from engines (per
-// packet) and from posting goroutines (inline data); registration is
-// rare.
+// mrTable maps key indices to regions and memory windows, which share
+// the index space. Lookups come from engines (per packet) and from
+// posting goroutines (inline data); registration is rare.
 type mrTable struct {
 	mu  sync.RWMutex
 	m   map[uint32]*MR // by 24-bit index
+	mw  map[uint32]*MW // by 24-bit index
 	max int
+}
+
+// newKey draws a key whose index no region or window uses. The caller
+// holds t.mu.
+func (t *mrTable) newKey() (uint32, error) {
+	var b [4]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, err
+		}
+		key := binary.LittleEndian.Uint32(b[:])
+		idx := key >> 8
+		if idx == 0 || t.m[idx] != nil || t.mw[idx] != nil {
+			continue
+		}
+		return key, nil
+	}
 }
 
 func (t *mrTable) insert(mr *MR) error {
@@ -283,33 +310,31 @@ func (t *mrTable) insert(mr *MR) error {
 	if len(t.m) >= t.max {
 		return fmt.Errorf("%d regions: %w", t.max, ErrNoResources)
 	}
-	var b [4]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			return err
-		}
-		key := binary.LittleEndian.Uint32(b[:])
-		idx := key >> 8
-		if idx == 0 || t.m[idx] != nil {
-			continue
-		}
-		t.m[idx] = mr
-		mr.lkey = key
-		if mr.access&accessRemote != 0 {
-			mr.rkey = key
-		}
-		return nil
+	key, err := t.newKey()
+	if err != nil {
+		return err
 	}
+	t.m[key>>8] = mr
+	mr.lkey = key
+	if mr.access&accessRemote != 0 {
+		mr.rkey = key
+	}
+	return nil
 }
 
-func (t *mrTable) remove(mr *MR) bool {
+// remove takes mr out of the table: ErrDestroyed if it is not in it,
+// ErrBusy while windows are bound to it.
+func (t *mrTable) remove(mr *MR) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m[mr.lkey>>8] != mr {
-		return false
+		return ErrDestroyed
+	}
+	if mr.windows > 0 {
+		return fmt.Errorf("%d memory windows bound: %w", mr.windows, ErrBusy)
 	}
 	delete(t.m, mr.lkey>>8)
-	return true
+	return nil
 }
 
 func (t *mrTable) lookup(key uint32) *MR {
@@ -317,6 +342,13 @@ func (t *mrTable) lookup(key uint32) *MR {
 	mr := t.m[key>>8]
 	t.mu.RUnlock()
 	return mr
+}
+
+func (t *mrTable) lookupMW(key uint32) *MW {
+	t.mu.RLock()
+	mw := t.mw[key>>8]
+	t.mu.RUnlock()
+	return mw
 }
 
 func (t *mrTable) len() int {
@@ -345,17 +377,45 @@ func (m *pdMemory) localMR(lkey uint32, need Access) *MR {
 	return mr
 }
 
-// remoteMR returns the valid region of this PD whose R_Key is rkey, if
-// it grants the remote rights in need.
-func (m *pdMemory) remoteMR(rkey uint32, need Access) *MR {
-	mr := m.pd.dev.mrs.lookup(rkey)
-	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd || !mr.valid.Load() {
-		return nil
+// remoteMR returns the valid region of this PD that the R_Key rkey
+// reaches, if the key grants the remote rights in need, with the bytes
+// [lo, lo+n) the key reaches: the whole region for a region's key, the
+// window for a bound memory window's (IBTA 10.6.7: an access through a
+// window is checked against the window's bounds and rights). q is the
+// QP the access came on: a type 2 window is reached only through the QP
+// that bound it, none through a nil q.
+func (m *pdMemory) remoteMR(rkey uint32, need Access, q *QP) (mr *MR, lo, n uint64) {
+	t := &m.pd.dev.mrs
+	if mr = t.lookup(rkey); mr == nil {
+		return m.windowMR(rkey, need, q)
+	}
+	if mr.rkey != rkey || rkey == 0 || mr.pd != m.pd || !mr.valid.Load() {
+		return nil, 0, 0
 	}
 	if need&accessRemote&^mr.access != 0 {
-		return nil
+		return nil, 0, 0
 	}
-	return mr
+	return mr, mr.va, uint64(mr.n)
+}
+
+// windowMR is remoteMR for the key of a memory window.
+func (m *pdMemory) windowMR(rkey uint32, need Access, q *QP) (*MR, uint64, uint64) {
+	mw := m.pd.dev.mrs.lookupMW(rkey)
+	if mw == nil || mw.pd != m.pd {
+		return nil, 0, 0
+	}
+	b := mw.bound.Load()
+	if b == nil || b.rkey != rkey || need&accessRemote&^b.access != 0 || !b.mr.valid.Load() ||
+		(mw.typ == MWType2 && b.qp != q) {
+		return nil, 0, 0
+	}
+	return b.mr, b.va, b.n
+}
+
+// within reports whether [va, va+n) lies in [lo, lo+size).
+func within(lo, size, va uint64, n uint32) bool {
+	off := va - lo
+	return va >= lo && off <= size && uint64(n) <= size-off
 }
 
 // Local implements qp.Memory for buffer regions.
@@ -374,8 +434,8 @@ func (m *pdMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([
 	if length == 0 {
 		return emptyBytes, true
 	}
-	mr := m.remoteMR(rkey, need)
-	if mr == nil {
+	mr, lo, size := m.remoteMR(rkey, need, nil)
+	if mr == nil || !within(lo, size, va, length) {
 		return nil, false
 	}
 	return mr.slice(va, length)
@@ -383,15 +443,19 @@ func (m *pdMemory) Remote(rkey uint32, va uint64, length uint32, need Access) ([
 
 // Check implements qp.Memory, for regions of both kinds.
 func (m *pdMemory) Check(key uint32, addr uint64, length uint32, need Access, remote bool) bool {
-	var mr *MR
+	return m.check(key, addr, length, need, remote, nil)
+}
+
+// check is Check for an access that came on q.
+func (m *pdMemory) check(key uint32, addr uint64, length uint32, need Access, remote bool, q *QP) bool {
 	if remote {
 		if length == 0 {
 			return true
 		}
-		mr = m.remoteMR(key, need)
-	} else {
-		mr = m.localMR(key, need)
+		mr, lo, size := m.remoteMR(key, need, q)
+		return mr != nil && within(lo, size, addr, length) && mr.inBounds(addr, length)
 	}
+	mr := m.localMR(key, need)
 	return mr != nil && mr.inBounds(addr, length)
 }
 
@@ -399,16 +463,45 @@ func (m *pdMemory) Check(key uint32, addr uint64, length uint32, need Access, re
 // backed regions are written back before the engine transmits (see
 // backing.go), so before the FLUSH is answered.
 func (m *pdMemory) Flush(rkey uint32, va uint64, length uint32, need Access, whole bool) bool {
-	mr := m.remoteMR(rkey, need)
-	return mr != nil && (whole || mr.inBounds(va, length))
+	return m.flush(rkey, va, length, need, whole, nil)
 }
 
-// Invalidate implements qp.Memory: it invalidates the region of this PD
-// whose R_Key is rkey.
-func (m *pdMemory) Invalidate(rkey uint32) bool {
-	mr := m.pd.dev.mrs.lookup(rkey)
-	if mr == nil || mr.rkey != rkey || rkey == 0 || mr.pd != m.pd {
+// flush is Flush for a FLUSH that came on q.
+func (m *pdMemory) flush(rkey uint32, va uint64, length uint32, need Access, whole bool, q *QP) bool {
+	mr, lo, size := m.remoteMR(rkey, need, q)
+	return mr != nil && (whole || within(lo, size, va, length) && mr.inBounds(va, length))
+}
+
+// Invalidate implements qp.Memory: it invalidates the type 2 memory
+// window or the region of this PD whose R_Key is rkey. A type 1 window,
+// a key of another PD, and a region with windows bound cannot be
+// invalidated.
+func (m *pdMemory) Invalidate(rkey uint32) bool { return m.pd.invalidate(rkey, false) }
+
+// invalidate invalidates the type 2 window or region of the PD whose
+// key is key: its R_Key, or with local its L_Key too (LOCAL_INV names a
+// region by either).
+func (pd *PD) invalidate(key uint32, local bool) bool {
+	t := &pd.dev.mrs
+	if key == 0 {
 		return false
 	}
-	return mr.valid.CompareAndSwap(true, false)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if mr := t.m[key>>8]; mr != nil {
+		if mr.pd != pd || mr.windows > 0 || (mr.rkey != key && (!local || mr.lkey != key)) {
+			return false
+		}
+		return mr.valid.CompareAndSwap(true, false)
+	}
+	mw := t.mw[key>>8]
+	if mw == nil || mw.pd != pd || mw.typ != MWType2 {
+		return false
+	}
+	b := mw.bound.Load()
+	if b == nil || b.rkey != key {
+		return false
+	}
+	mw.unbindLocked()
+	return true
 }

@@ -77,6 +77,8 @@ const (
 	OpFetchAdd     = qp.WRFetchAdd
 	OpFlush        = qp.WRFlush
 	OpAtomicWrite  = qp.WRAtomicWrite
+	OpBindMW       = qp.WRBindMW
+	OpLocalInv     = qp.WRLocalInv
 
 	FlushGlobal     = qp.FlushGlobal
 	FlushPersistent = qp.FlushPersistent
@@ -93,6 +95,7 @@ const (
 	WCLocQPOpErr     = qp.WCLocQPOpErr
 	WCLocProtErr     = qp.WCLocProtErr
 	WCWRFlushErr     = qp.WCWRFlushErr
+	WCMWBindErr      = qp.WCMWBindErr
 	WCBadRespErr     = qp.WCBadRespErr
 	WCLocAccessErr   = qp.WCLocAccessErr
 	WCRemInvReqErr   = qp.WCRemInvReqErr
@@ -108,6 +111,8 @@ const (
 	WCRDMARead    = qp.WCRDMARead
 	WCCompSwap    = qp.WCCompSwap
 	WCFetchAdd    = qp.WCFetchAdd
+	WCBindMW      = qp.WCBindMW
+	WCLocalInv    = qp.WCLocalInv
 	WCFlush       = qp.WCFlush
 	WCAtomicWrite = qp.WCAtomicWrite
 	WCRecv        = qp.WCRecv
@@ -150,7 +155,12 @@ type SendWR struct {
 	Flags   SendFlags
 	SG      []SGE
 	Imm     uint32 // immediate data (host order), *_WITH_IMM
-	InvRKey uint32 // R_Key to invalidate, SEND_WITH_INV
+	InvRKey uint32 // R_Key to invalidate, SEND_WITH_INV; key to invalidate, LOCAL_INV
+	// BindMW is the type 2 window to bind, its new R_Key and the
+	// binding, for OpBindMW. OpBindMW and OpLocalInv (of a region or a
+	// type 2 window) take effect when posted, not after the requests
+	// before them.
+	BindMW MWBindWR
 	// Remote is the target of WRITE, READ, atomics, FLUSH and
 	// ATOMIC_WRITE; atomics need an 8-byte aligned address and one
 	// 8-byte SGE for the result, ATOMIC_WRITE an 8-byte aligned address
@@ -650,6 +660,9 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 func (q *QP) postSendLocked(wr *SendWR) error {
 	if err := q.check("post send"); err != nil {
 		return err
+	}
+	if wr.Op == OpBindMW || wr.Op == OpLocalInv {
+		return q.postLocal(wr)
 	}
 	s := &qp.SendWR{
 		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
