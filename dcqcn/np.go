@@ -16,17 +16,28 @@ func (n *NP) Init(p *Params) {
 		d := Defaults()
 		p = &d
 	}
-	*n = NP{gap: usec(p.MinTimeBetweenCNPs)}
+	n.InitInterval(usec(p.MinTimeBetweenCNPs))
 }
+
+// InitInterval sets the minimum time between two CNPs and forgets
+// earlier CNPs.
+func (n *NP) InitInterval(gap Time) { *n = NP{gap: gap} }
 
 // OnCE takes a CE-marked packet received at now and reports whether a CNP
 // should be sent for it now: true at most once per min_time_between_cnps.
 // A suppressed CNP is not sent later. The caller counts every call
 // (np_ecn_marked_roce_packets) and every true (np_cnp_sent).
 func (n *NP) OnCE(now Time) bool {
-	if n.sent && now-n.last < n.gap {
+	if !n.Allows(now) {
 		return false
 	}
-	n.sent, n.last = true, now
+	n.Sent(now)
 	return true
 }
+
+// Allows reports whether a CNP may be sent at now; Sent records one
+// that was. OnCE is the two at once, for a caller whose CNPs always go.
+func (n *NP) Allows(now Time) bool { return !n.sent || now-n.last >= n.gap }
+
+// Sent records a CNP sent at now.
+func (n *NP) Sent(now Time) { n.sent, n.last = true, now }

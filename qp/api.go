@@ -168,6 +168,17 @@ func (t Type) String() string {
 	return "invalid"
 }
 
+// Transport returns the transport of the QP type's BTH opcodes (none
+// that an opcode carries for an invalid type).
+func (t Type) Transport() bth.Transport {
+	if int(t) >= len(typeTransports) || t == 0 {
+		return 0xff
+	}
+	return typeTransports[t]
+}
+
+var typeTransports = [...]bth.Transport{RC: bth.TransportRC, UC: bth.TransportUC, UD: bth.TransportUD}
+
 // State is a QP state (ibv_qp_state).
 type State uint8
 

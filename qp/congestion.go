@@ -38,32 +38,18 @@ const (
 	DefaultCNPInterval     = 2 * time.Microsecond
 )
 
-// npState is the notification point's state.
-type npState struct {
-	sent bool // a CNP went ...
-	last Time // ... at this time
-}
-
 // congested counts a CE-marked packet the QP accepted and answers it
 // with a CNP when the interval allows.
 func (q *QP) congested(now Time, p *bth.Packet) {
 	q.ctr.NPECNMarked++
-	c := &q.caps.CNP
-	if c.Off {
-		return
-	}
-	gap := c.MinInterval
-	if gap == 0 {
-		gap = DefaultCNPInterval
-	}
-	if q.np.sent && now-q.np.last < gap {
+	if q.caps.CNP.Off || !q.np.Allows(now) {
 		return
 	}
 	h := q.cnpHeaders(p)
 	if h == nil || !q.out.Send(h, nil) {
 		return
 	}
-	q.np = npState{sent: true, last: now}
+	q.np.Sent(now)
 	q.ctr.NPCNPSent++
 }
 
@@ -101,9 +87,6 @@ func (q *QP) cnpHeaders(p *bth.Packet) *bth.Headers {
 
 // ecnCE is the ECN codepoint congestion experienced (RFC 3168).
 const ecnCE = 3
-
-// wireTransports is each QP type's transport in the BTH opcode.
-var wireTransports = [...]bth.Transport{RC: bth.TransportRC, UC: bth.TransportUC, UD: bth.TransportUD}
 
 // ccState is the reaction point's state (Caps.DCQCN).
 type ccState struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/dcqcn"
 )
 
 // QP is a queue pair: its send queue with the requester and completer,
@@ -26,8 +27,8 @@ type QP struct {
 	path  bth.L2L3 // RC/UC path with the UDP source port resolved
 	hdr   bth.Headers
 	ipid  uint16
-	np    npState // congestion notification (congestion.go) ...
-	cc    ccState // ... and reaction
+	np    dcqcn.NP // congestion notification (congestion.go) ...
+	cc    ccState  // ... and reaction
 	wc    WC
 	// scratch gathers a packet's payload spanning several SGEs. It is
 	// allocated on first use.
@@ -140,6 +141,11 @@ func New(caps Caps, env Env) (*QP, error) {
 	}
 	q := &QP{caps: caps, typ: caps.Type, qpn: caps.QPN, mem: env.Mem, out: env.Out, sink: env.Sink,
 		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash, cc: ccState{on: caps.DCQCN != nil}}
+	gap := caps.CNP.MinInterval
+	if gap == 0 {
+		gap = DefaultCNPInterval
+	}
+	q.np.InitInterval(gap)
 	if q.ctr == nil {
 		q.ctr = new(Counters)
 	}
@@ -363,7 +369,7 @@ func (q *QP) Receive(now Time, p *bth.Packet) {
 		q.ctr.DroppedPkts++
 		return
 	}
-	if p.ECN() == ecnCE && op.Transport() == wireTransports[q.typ] {
+	if p.ECN() == ecnCE && op.Transport() == q.typ.Transport() {
 		q.congested(now, p)
 	}
 	switch q.typ {

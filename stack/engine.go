@@ -93,9 +93,6 @@ func (p *engineCountersAtomic) publish(c *engineCounters) {
 	p.backingErr.Store(c.backingErr)
 }
 
-// wireTransport maps QP types to the transport of their opcodes.
-var wireTransport = [...]bth.Transport{RC: bth.TransportRC, UC: bth.TransportUC, UD: bth.TransportUD}
-
 func newEngine(d *Device, id int, l Link) *engine {
 	e := &engine{dev: d, id: id, link: l, clock: d.clock, done: make(chan struct{})}
 	n := d.cfg.Batch
@@ -323,13 +320,8 @@ func (e *engine) step() bool {
 				k += copy(e.active[k:], e.active[i:])
 				break
 			}
-			if e.paused(q) {
-				e.active[k] = q // its priority is paused: it waits
-				k++
-				continue
-			}
 			e.acquire(q)
-			if !q.destroyed {
+			if !q.destroyed && !e.paused(q) { // a paused QP stays busy: it waits
 				q.q.Pump(now)
 			}
 			e.releaseCur()
@@ -453,7 +445,7 @@ func (e *engine) input(f []byte, now Time) {
 		e.c.rcvUnknownQPN++
 		return
 	}
-	if tr != bth.TransportCNP && tr != wireTransport[q.init.Type] {
+	if tr != bth.TransportCNP && tr != q.init.Type.Transport() {
 		e.c.rcvUnsupported++
 		return
 	}

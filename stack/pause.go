@@ -64,7 +64,8 @@ func (e *engine) macControl(f []byte, now Time) bool {
 	return true
 }
 
-// paused reports whether q's traffic is held back now.
+// paused reports whether q's traffic is held back now. The caller holds
+// q's lock (q.prio changes with its address vector).
 func (e *engine) paused(q *QP) bool {
 	return e.pausing && e.pause.Paused(e.now, int(q.prio))
 }

@@ -126,9 +126,7 @@ func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.Join, "join", true, "after each run, stop the last flow and time how long it takes, started again, to get its fair share")
 	params := dcqcn.Defaults()
-	for _, name := range dcqcn.Names() {
-		fs.Func(app.FlagName(name), "DCQCN: "+dcqcn.Usage(name), func(v string) error { return params.Set(name, v) })
-	}
+	app.RegisterDCQCN(fs, &params, nil)
 	jsonOut := fs.Bool("json", false, "the report as JSON")
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code

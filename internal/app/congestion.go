@@ -34,10 +34,19 @@ func (c *CongestionFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ECN, "ecn", "ect0", "ECN bits of RoCE packets: ect0, ect1, or off (as the traffic class gives them)")
 	fs.BoolVar(&c.NoCNP, "no-cnp", false, "send no CNPs for CE-marked packets (they are still counted)")
 	fs.BoolVar(&c.NoDCQCN, "no-dcqcn", false, "QPs ignore CNPs (no DCQCN rate control)")
+	RegisterDCQCN(fs, &c.DCQCN, func() { c.changed = true })
+}
+
+// RegisterDCQCN adds a flag for every DCQCN parameter to fs (its mlx5
+// name with dashes, FlagName), setting it in p; set, when not nil, is
+// called for each flag given.
+func RegisterDCQCN(fs *flag.FlagSet, p *dcqcn.Params, set func()) {
 	for _, name := range dcqcn.Names() {
 		fs.Func(FlagName(name), "DCQCN: "+dcqcn.Usage(name), func(v string) error {
-			c.changed = true
-			return c.DCQCN.Set(name, v)
+			if set != nil {
+				set()
+			}
+			return p.Set(name, v)
 		})
 	}
 }

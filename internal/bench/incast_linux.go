@@ -208,10 +208,6 @@ func (f *incastFlow) drive(ctx context.Context, window int, stop *atomic.Bool) e
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			f.cq.Wait(wctx)
 			cancel()
-			if stop.Load() && done < posted {
-				// Waiting out the last ones: bounded by the retry budget.
-				continue
-			}
 		}
 	}
 	return nil

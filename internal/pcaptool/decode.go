@@ -406,10 +406,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	switch r.Status {
 	case StatusTruncated:
-		b = append(b, `,"truncated":true,"cap_len":`...)
-		b = strconv.AppendInt(b, int64(r.CapLen), 10)
-		b = append(b, `,"orig_len":`...)
-		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
+		b = appendTruncatedJSON(b, r.CapLen, r.OrigLen)
 	case StatusMalformed:
 		b = append(b, `,"malformed":`...)
 		b = strconv.AppendQuote(b, r.Problem)
@@ -653,10 +650,7 @@ func (r *MACControl) AppendJSON(b []byte) []byte {
 	b = append(b, '}')
 	switch r.Status {
 	case StatusTruncated:
-		b = append(b, `,"truncated":true,"cap_len":`...)
-		b = strconv.AppendInt(b, int64(r.CapLen), 10)
-		b = append(b, `,"orig_len":`...)
-		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
+		b = appendTruncatedJSON(b, r.CapLen, r.OrigLen)
 	case StatusMalformed:
 		b = append(b, `,"malformed":"`...)
 		b = r.appendProblem(b)
@@ -756,4 +750,13 @@ func appendTruncated(b []byte, capLen, origLen int) []byte {
 	b = append(b, " of "...)
 	b = strconv.AppendInt(b, int64(origLen), 10)
 	return append(b, " bytes captured)"...)
+}
+
+// appendTruncatedJSON appends the JSON keys of a frame the capture cut
+// short.
+func appendTruncatedJSON(b []byte, capLen, origLen int) []byte {
+	b = append(b, `,"truncated":true,"cap_len":`...)
+	b = strconv.AppendInt(b, int64(capLen), 10)
+	b = append(b, `,"orig_len":`...)
+	return strconv.AppendInt(b, int64(origLen), 10)
 }

@@ -82,7 +82,8 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 	iters := uint64(cfg.Iters)
 	tot := iters * uint64(nq)
 	dur := cfg.Duration > 0
-	rcnt, postedPerQP, next := s.recvState()
+	rs := s.newRecvState()
+	rcnt := rs.rcnt
 	var clock durClock
 	ctx := s.ctx
 	cancel := func() {}
@@ -121,12 +122,8 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 			if sampling {
 				counted++
 			}
-			if dur || postedPerQP[i]+1 <= iters {
-				if err := s.qps[i].PostRecv(s.recvWRAt(i, next[i], size)); err != nil {
-					return pt.Report{}, fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, rcnt[i], err)
-				}
-				postedPerQP[i]++
-				next[i] = s.incRecv(next[i], s.recvBase(i), size, postedPerQP[i])
+			if err := s.repost(rs, i, size, dur || rs.posted[i]+1 <= iters); err != nil {
+				return pt.Report{}, err
 			}
 		}
 	}
@@ -210,7 +207,8 @@ func (s *session) runBi(size uint64) (pt.Report, error) {
 	if !dur {
 		posted, completed = make([]int64, tot), make([]int64, tot)
 	}
-	rcnt, postedPerQP, next := s.recvState()
+	rs := s.newRecvState()
+	rcnt := rs.rcnt
 	var clock durClock
 	started := false
 	ctx := s.ctx
@@ -268,12 +266,8 @@ func (s *session) runBi(size uint64) (pt.Report, error) {
 				if dur && clock.sampling(now) {
 					counted++
 				}
-				if dur || postedPerQP[i]+1 <= iters {
-					if err := s.qps[i].PostRecv(s.recvWRAt(i, next[i], size)); err != nil {
-						return pt.Report{}, fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, rcnt[i], err)
-					}
-					postedPerQP[i]++
-					next[i] = s.incRecv(next[i], s.recvBase(i), size, postedPerQP[i])
+				if err := s.repost(rs, i, size, dur || rs.posted[i]+1 <= iters); err != nil {
+					return pt.Report{}, err
 				}
 				continue
 			}
@@ -365,16 +359,31 @@ func (s *session) checkSendWC(wc *verbs.WC, nq int, totS, totC uint64) error {
 	return nil
 }
 
-// recvState returns a receiving side's counts per QP: receives
-// completed, receives posted (the first RxDepth), and the address of the
-// next repost (reposts start over at the first receive address, as
+// recvState is a receiving side's counts per QP: receives completed,
+// receives posted (the first RxDepth), and the address of the next
+// repost (reposts start over at the first receive address, as
 // ctx_set_recv_wqes leaves it).
-func (s *session) recvState() (rcnt, posted, next []uint64) {
+type recvState struct{ rcnt, posted, next []uint64 }
+
+func (s *session) newRecvState() *recvState {
 	nq := len(s.qps)
-	rcnt, posted, next = make([]uint64, nq), make([]uint64, nq), make([]uint64, nq)
+	r := &recvState{rcnt: make([]uint64, nq), posted: make([]uint64, nq), next: make([]uint64, nq)}
 	for i := range s.qps {
-		posted[i] = uint64(s.cfg.RxDepth)
-		next[i] = s.recvBase(i)
+		r.posted[i] = uint64(s.cfg.RxDepth)
+		r.next[i] = s.recvBase(i)
 	}
-	return rcnt, posted, next
+	return r
+}
+
+// repost posts QP i's next receive when more is wanted.
+func (s *session) repost(r *recvState, i int, size uint64, want bool) error {
+	if !want {
+		return nil
+	}
+	if err := s.qps[i].PostRecv(s.recvWRAt(i, r.next[i], size)); err != nil {
+		return fmt.Errorf("couldn't post recv Qp=%d rcnt=%d: %w", i, r.rcnt[i], err)
+	}
+	r.posted[i]++
+	r.next[i] = s.incRecv(r.next[i], s.recvBase(i), size, r.posted[i])
+	return nil
 }
