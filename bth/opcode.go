@@ -367,6 +367,39 @@ func init() {
 
 var dcTable [256]OpInfo
 
+// opIndex finds an opcode by what it does (Lookup). An entry holds the
+// opcode plus one, 0 where the table has none.
+var opIndex [8][16][4][2][2]uint16
+
+func init() {
+	for c := range opTable {
+		oi := &opTable[c]
+		if oi.Valid {
+			opIndex[oi.Transport][oi.Kind][oi.Pos][b2i(oi.Imm)][b2i(oi.Inv)] = uint16(c) + 1
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Lookup returns the opcode of transport t for a packet of kind k at
+// position pos in its message, carrying immediate data (imm) or an
+// invalidate R_Key (inv): the inverse of Info. It reports false when no
+// opcode does that (UC has no READ, UD no multi-packet SEND, no opcode
+// carries both).
+func Lookup(t Transport, k Kind, pos Position, imm, inv bool) (Opcode, bool) {
+	if int(k) >= len(opIndex[0]) {
+		return 0, false
+	}
+	v := opIndex[t&7][k][pos&3][b2i(imm)][b2i(inv)]
+	return Opcode(v - 1), v != 0
+}
+
 // DCInfo returns the table entry of an opcode as ConnectX uses it for its
 // Dynamically Connected (DC) transport, or an entry with Valid false when
 // the opcode is outside the RD range (0x40-0x55). DC packets reuse the

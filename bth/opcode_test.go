@@ -243,3 +243,40 @@ func TestOpcodeHelpers(t *testing.T) {
 		t.Error("kind/position names")
 	}
 }
+
+func TestLookup(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		o := Opcode(c)
+		oi := o.Info()
+		if !oi.Valid {
+			continue
+		}
+		got, ok := Lookup(oi.Transport, oi.Kind, oi.Pos, oi.Imm, oi.Inv)
+		if !ok || got != o {
+			t.Errorf("Lookup(%s) = %s, %v; want %s", oi.Name, got, ok, o)
+		}
+	}
+	for _, c := range []struct {
+		t        Transport
+		k        Kind
+		pos      Position
+		imm, inv bool
+		want     Opcode
+		ok       bool
+	}{
+		{TransportRC, KindSend, PosLast, true, false, OpSendLastImm, true},
+		{TransportRC, KindSend, PosOnly, false, true, OpSendOnlyInv, true},
+		{TransportUC, KindWrite, PosOnly, true, false, OpUCBase | OpWriteOnlyImm, true},
+		{TransportUD, KindSend, PosOnly, true, false, OpUDSendOnlyImm, true},
+		{TransportUD, KindSend, PosFirst, false, false, 0, false},
+		{TransportUC, KindReadRequest, PosOnly, false, false, 0, false},
+		{TransportUC, KindSend, PosOnly, false, true, 0, false},
+		{TransportRC, KindWrite, PosMiddle, true, false, 0, false},
+		{TransportRC, KindSend, PosOnly, true, true, 0, false},
+	} {
+		got, ok := Lookup(c.t, c.k, c.pos, c.imm, c.inv)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("Lookup(%s, %s, %s, imm %v, inv %v) = %s, %v; want %s, %v", c.t, c.k, c.pos, c.imm, c.inv, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -331,45 +331,25 @@ func (q *QP) sendOne(now Time) bool {
 	return q.emit(now, sq.at(q.curIdx))
 }
 
-// dataOpcode returns the RC opcode of a SEND or WRITE packet.
-func dataOpcode(o WROpcode, first, last bool) bth.Opcode {
-	send := o == WRSend || o == WRSendWithImm || o == WRSendWithInv
-	var op bth.Opcode
+// dataOpcode returns the opcode of a SEND or WRITE packet of request
+// o on transport t, from bth's opcode table.
+func dataOpcode(t bth.Transport, o WROpcode, first, last bool) (bth.Opcode, bool) {
+	kind := bth.KindWrite
+	if o == WRSend || o == WRSendWithImm || o == WRSendWithInv {
+		kind = bth.KindSend
+	}
+	pos := bth.PosMiddle
 	switch {
 	case first && last:
-		op = bth.OpSendOnly
-		if !send {
-			op = bth.OpWriteOnly
-		}
+		pos = bth.PosOnly
 	case first:
-		op = bth.OpSendFirst
-		if !send {
-			op = bth.OpWriteFirst
-		}
+		pos = bth.PosFirst
 	case last:
-		op = bth.OpSendLast
-		if !send {
-			op = bth.OpWriteLast
-		}
-	default:
-		op = bth.OpSendMiddle
-		if !send {
-			op = bth.OpWriteMiddle
-		}
+		pos = bth.PosLast
 	}
-	if last {
-		switch o {
-		case WRSendWithImm, WRWriteWithImm:
-			op++ // …_LAST_WITH_IMMEDIATE / …_ONLY_WITH_IMMEDIATE follow the plain opcode
-		case WRSendWithInv:
-			if first {
-				op = bth.OpSendOnlyInv
-			} else {
-				op = bth.OpSendLastInv
-			}
-		}
-	}
-	return op
+	imm := last && (o == WRSendWithImm || o == WRWriteWithImm)
+	inv := last && o == WRSendWithInv
+	return bth.Lookup(t, kind, pos, imm, inv)
 }
 
 // emit sends the packet at the cursor of WQE w and moves the cursor on.
@@ -441,17 +421,14 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		n := min(mtu, w.length-off)
 		first := k == 0
 		last = k+1 >= w.npkts
-		op := dataOpcode(w.wr.Opcode, first, last)
+		op, ok := dataOpcode(q.typ.Transport(), w.wr.Opcode, first, last)
+		if !ok {
+			// PostSend refused what the QP type does not support.
+			q.failWQE(w, WCLocQPOpErr)
+			return false, last
+		}
 		ack := false
-		switch q.typ {
-		case UC:
-			op = op.On(bth.TransportUC)
-		case UD:
-			op = bth.OpUDSendOnly
-			if w.wr.Opcode == WRSendWithImm {
-				op = bth.OpUDSendOnlyImm
-			}
-		case RC:
+		if q.typ == RC {
 			// The A bit goes on last packets, on the packet that fills
 			// the send window and every quarter window (so that ACKs
 			// open the window while it is still partly full, and a
@@ -488,7 +465,6 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			h.InvKey = w.wr.InvRKey
 			h.BTH.SE = w.wr.Flags&SendSolicited != 0 && w.wr.Opcode != WRWrite
 		}
-		var ok bool
 		if payload, ok = q.gather(w, off, n); !ok {
 			q.failWQE(w, WCLocProtErr)
 			return false, last
@@ -557,65 +533,39 @@ func (q *QP) gather(w *sendWQE, off, n uint32) ([]byte, bool) {
 	if w.inline != nil {
 		return w.inline[off : off+n], true
 	}
-	var base uint32
-	for i, sg := range w.wr.SG {
-		if off < base+sg.Length {
-			rel := off - base
-			if rel+n <= sg.Length {
-				return q.mem.Local(sg.LKey, sg.Addr+uint64(rel), n, 0)
-			}
-			return q.gatherSlow(w.wr.SG[i:], rel, n)
-		}
-		base += sg.Length
+	walk := walkFrom(w.wr.SG, off)
+	part, ok := walk.next(n)
+	if !ok {
+		return nil, false
 	}
-	return nil, false
-}
-
-func (q *QP) gatherSlow(sgs []SGE, rel, n uint32) ([]byte, bool) {
+	if part.Length == n {
+		return q.mem.Local(part.LKey, part.Addr, n, 0)
+	}
+	// Spanning SGEs: a copy.
 	if uint32(len(q.scratch)) < n {
 		q.scratch = make([]byte, max(n, 4096))
 	}
 	buf := q.scratch[:n]
 	done := uint32(0)
-	for _, sg := range sgs {
-		if done == n {
-			break
-		}
-		take := min(sg.Length-rel, n-done)
-		b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, 0)
+	for {
+		b, ok := q.mem.Local(part.LKey, part.Addr, part.Length, 0)
 		if !ok {
 			return nil, false
 		}
-		copy(buf[done:], b)
-		done += take
-		rel = 0
+		done += uint32(copy(buf[done:], b))
+		if done == n {
+			return buf, true
+		}
+		if part, ok = walk.next(n - done); !ok {
+			return nil, false
+		}
 	}
-	return buf, done == n
 }
 
 // scatterSend writes data into w's local buffers at byte off (READ
 // responses, atomic results).
 func (q *QP) scatterSend(w *sendWQE, off uint32, data []byte) bool {
-	var base uint32
-	for _, sg := range w.wr.SG {
-		if len(data) == 0 {
-			return true
-		}
-		end := base + sg.Length
-		if off < end {
-			rel := off - base
-			take := min(sg.Length-rel, uint32(len(data)))
-			b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, AccessLocalWrite)
-			if !ok {
-				return false
-			}
-			copy(b, data[:take])
-			data = data[take:]
-			off += take
-		}
-		base = end
-	}
-	return len(data) == 0
+	return scatter(q.mem, w.wr.SG, off, data, AccessLocalWrite)
 }
 
 // retire completes, in order, the WQEs at the head that are done.

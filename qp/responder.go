@@ -1028,24 +1028,8 @@ func (q *QP) scatterRecv(off uint32, data []byte) rerr {
 	if uint64(off)+uint64(len(data)) > r.rwqe.length {
 		return rLocLen
 	}
-	var base uint32
-	for _, sg := range r.rwqe.sg {
-		if len(data) == 0 {
-			break
-		}
-		end := base + sg.Length
-		if off < end {
-			rel := off - base
-			take := min(sg.Length-rel, uint32(len(data)))
-			b, ok := q.mem.Local(sg.LKey, sg.Addr+uint64(rel), take, AccessLocalWrite)
-			if !ok || uint32(len(b)) < take {
-				return rLocProt
-			}
-			copy(b, data[:take])
-			data = data[take:]
-			off += take
-		}
-		base = end
+	if !scatter(q.mem, r.rwqe.sg, off, data, AccessLocalWrite) {
+		return rLocProt
 	}
 	return rOK
 }
