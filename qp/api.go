@@ -126,16 +126,20 @@
 // Every retransmission starts in one function, goBackFor in
 // completer.go, whose reasons are the list above: a sequence NAK, an
 // implied NAK, lost READ or atomic responses, the ACK timeout, the probe
-// and the RNR wait.
+// and the RNR wait. Every NAK is made in one function, nak in
+// responder.go, from one table (nakTable) that gives each responder
+// error its syndrome, the receive completion's status, its counter and
+// whether the QP enters ERR.
 //
 // # Files
 //
 // modify.go holds the state machine and the attribute table, queue.go the
-// work queue rings and the SRQ, requester.go segmentation, transmission
-// and the send window, completer.go acknowledgements, retransmission,
-// READ recovery, loss probes and timers, responder.go the RC and UC
-// receive side (kept requests too), credit.go end-to-end credits, ud.go
-// UD reception.
+// work queue rings and the SRQ, sg.go the scatter/gather walk,
+// requester.go segmentation, transmission and the send window,
+// completer.go acknowledgements, retransmission, READ recovery, loss
+// probes and timers, responder.go the RC and UC receive side (kept
+// requests too) and its NAKs, credit.go end-to-end credits, ud.go UD
+// reception.
 package qp
 
 import (

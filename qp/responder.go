@@ -77,11 +77,13 @@ const (
 	resPlaced         // FLUSH, ATOMIC_WRITE: answered by a READ response ONLY of no bytes
 )
 
-// rerr is the outcome of executing a request.
+// rerr is the outcome of executing a request. Every outcome but rOK and
+// rDrop draws a NAK, which nakTable describes.
 type rerr uint8
 
 const (
 	rOK      rerr = iota
+	rSeq          // PSN out of sequence: PSN sequence NAK for ePSN
 	rRNR          // no receive WQE: RNR NAK
 	rInvReq       // NAK invalid request: opcode sequence, length, unsupported, resources
 	rAccess       // NAK remote access error: R_Key, bounds, rights
@@ -89,6 +91,59 @@ const (
 	rLocProt      // receive buffer key invalid: NAK remote operational error, WCLocProtErr
 	rDrop         // silently dropped (no room to answer; the requester retries)
 )
+
+// nakTable turns a responder error into its NAK (IBTA 9.7.5.2.8, 9.9.3):
+// the AETH syndrome, the status of the receive completion a SEND in
+// progress takes, the counter, and whether the QP then enters ERR (the
+// class B, C and D errors; a PSN sequence error and RNR are not fatal).
+var nakTable = [...]struct {
+	syn   bth.Syndrome // for RNR, the timer comes from min_rnr_timer
+	st    WCStatus
+	count func(*Counters) *uint64
+	fatal bool
+}{
+	rSeq:     {bth.SyndromePSNSeqErr, WCSuccess, func(c *Counters) *uint64 { return &c.PacketSeqErr }, false},
+	rRNR:     {bth.RNRSyndrome(0), WCSuccess, func(c *Counters) *uint64 { return &c.SendRNRErr }, false},
+	rInvReq:  {bth.SyndromeInvalidReq, WCRemInvReqErr, nil, true},
+	rAccess:  {bth.SyndromeRemoteAccess, WCRemAccessErr, func(c *Counters) *uint64 { return &c.RespRemoteAccessErr }, true},
+	rLocLen:  {bth.SyndromeInvalidReq, WCLocLenErr, func(c *Counters) *uint64 { return &c.RespLocalLengthErr }, true},
+	rLocProt: {bth.SyndromeRemoteOpError, WCLocProtErr, nil, true},
+}
+
+// nakSyndrome counts a NAK for e and returns its syndrome.
+func (q *QP) nakSyndrome(e rerr) bth.Syndrome {
+	n := &nakTable[e]
+	if n.count != nil {
+		*n.count(q.ctr)++
+	}
+	if e == rRNR {
+		return bth.RNRSyndrome(q.attr.MinRNRTimer)
+	}
+	return n.syn
+}
+
+// nak is where the responder makes its NAKs: it queues the NAK for the
+// request at psn that failed with e (for rSeq, psn is ePSN), and for a
+// fatal error completes the receive in progress with the table's status
+// and moves the QP to ERR, keeping the responses owed before the NAK.
+// After a sequence or RNR NAK, later requests draw no NAK of their own
+// unless they show the requester went back (respondRC).
+func (q *QP) nak(psn bth.PSN, e rerr) {
+	r := &q.resp
+	syn := q.nakSyndrome(e)
+	switch {
+	case e == rSeq:
+		r.nakSent = true
+	case e == rRNR:
+		r.nakSent, r.oosHigh = true, psn
+	case r.haveRecv:
+		q.recvWC(nakTable[e].st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
+	}
+	q.queueAck(psn, syn, r.msn)
+	if nakTable[e].fatal {
+		q.enterErr(true)
+	}
+}
 
 // responder is the receive-side transport state of a QP.
 type responder struct {
@@ -177,9 +232,10 @@ func (r *responder) dropAll() {
 	r.ihead, r.itail, r.busy = 0, 0, 0
 }
 
-// pushAck queues an ACK, NAK or RNR NAK. It replaces a queued ACK not
-// yet sent (coalescing): each acknowledges everything before its PSN.
-func (q *QP) pushAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
+// queueAck queues an ACK, or a NAK made by nak. It replaces a queued
+// ACK not yet sent (coalescing): each acknowledges everything before its
+// PSN.
+func (q *QP) queueAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	r := &q.resp
 	if syn.Kind() == bth.AckKindACK && r.ackCap.Less(psn) {
 		psn = r.ackCap // see ackLimit
@@ -278,8 +334,7 @@ func (q *QP) sendResp(it *respItem) bool {
 // after it is sent, and the QP enters ERR.
 func (q *QP) readGone(it *respItem) {
 	r := &q.resp
-	q.ctr.RespRemoteAccessErr++
-	*it = respItem{kind: rkAck, psn: it.psn, syn: bth.SyndromeRemoteAccess, msn: it.msn - 1}
+	*it = respItem{kind: rkAck, psn: it.psn, syn: q.nakSyndrome(rAccess), msn: it.msn - 1}
 	for i := r.ihead + 1; i != r.itail; i++ {
 		*r.item(i) = respItem{}
 	}
@@ -314,7 +369,7 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 		q.ctr.OutOfSequence++
 		again := r.nakSent && psn.Sub(r.oosHigh) <= 0
 		if !r.nakSent || again {
-			q.seqNAK()
+			q.nak(q.ePSN, rSeq)
 		}
 		r.oosHigh = psn
 		q.stashPut(p, psn, d)
@@ -328,14 +383,6 @@ func (q *QP) respondRC(now Time, p *bth.Packet) {
 	}
 }
 
-// seqNAK queues a PSN sequence NAK for ePSN.
-func (q *QP) seqNAK() {
-	r := &q.resp
-	r.nakSent = true
-	q.ctr.PacketSeqErr++
-	q.pushAck(q.ePSN, bth.SyndromePSNSeqErr, r.msn)
-}
-
 // answer queues what the requester is owed for the request at psn,
 // executed with outcome e.
 func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
@@ -344,16 +391,12 @@ func (q *QP) answer(p *bth.Packet, psn bth.PSN, e rerr) {
 	case rOK:
 		k := p.Info.Kind
 		if (k == bth.KindSend || k == bth.KindWrite) && p.BTH().AckReq() {
-			q.pushAck(psn, synACK, r.msn)
+			q.queueAck(psn, synACK, r.msn)
 		}
-	case rRNR:
-		q.ctr.SendRNRErr++
-		r.nakSent, r.oosHigh = true, psn
-		q.pushAck(psn, bth.RNRSyndrome(q.attr.MinRNRTimer), r.msn)
 	case rDrop:
 		q.ctr.DroppedPkts++
 	default:
-		q.respFatal(psn, e)
+		q.nak(psn, e)
 	}
 }
 
@@ -501,14 +544,14 @@ func (q *QP) replay() {
 			q.stashFree(s)
 			mtu := uint32(q.mtu)
 			if r.rcur != curWrite || r.wref != ref || r.roff != off || uint64(off)+uint64(mtu) >= uint64(r.wref.dlen) {
-				q.respFatal(psn, rInvReq) // not the WRITE_MIDDLE it seemed
+				q.nak(psn, rInvReq) // not the WRITE_MIDDLE it seemed
 				return
 			}
 			r.roff += mtu
 			q.ePSN = psn.Next()
 			r.nakSent = false
 			if ack {
-				q.pushAck(psn, synACK, r.msn)
+				q.queueAck(psn, synACK, r.msn)
 			}
 			ran = true
 			continue
@@ -538,7 +581,7 @@ func (q *QP) replay() {
 	if ran {
 		// Everything executed is acknowledged (coalescing into an ACK
 		// queued for the last A-bit request).
-		q.pushAck(q.ePSN.Add(-1), synACK, r.msn)
+		q.queueAck(q.ePSN.Add(-1), synACK, r.msn)
 	}
 	for i := range kp.slots {
 		if s := &kp.slots[i]; s.used() && s.psn.Sub(q.ePSN) <= 0 {
@@ -551,29 +594,6 @@ func (q *QP) replay() {
 	// Kept requests may follow another gap: the next request past
 	// ePSN draws a NAK for it, as after any gap.
 	r.nakSent = false
-}
-
-// respFatal NAKs the request at psn and moves the QP to ERR (IBTA
-// 9.9.3: responder class B, C and D errors).
-func (q *QP) respFatal(psn bth.PSN, e rerr) {
-	r := &q.resp
-	syn := bth.SyndromeInvalidReq
-	st := WCRemInvReqErr
-	switch e {
-	case rAccess:
-		syn, st = bth.SyndromeRemoteAccess, WCRemAccessErr
-		q.ctr.RespRemoteAccessErr++
-	case rLocLen:
-		st = WCLocLenErr
-		q.ctr.RespLocalLengthErr++
-	case rLocProt:
-		syn, st = bth.SyndromeRemoteOpError, WCLocProtErr
-	}
-	if r.haveRecv {
-		q.recvWC(st, WCRecv, 0, 0, 0, 0, q.attr.DestQPN)
-	}
-	q.pushAck(psn, syn, r.msn)
-	q.enterErr(true)
 }
 
 // execute runs an in-sequence request (RC: PSN == ePSN; UC: accepted by
@@ -950,7 +970,7 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 			// The region may have gone since the READ was first
 			// executed: refused as a new READ would be.
 			if !q.mem.Check(src.rkey, src.va, src.dlen, AccessRemoteRead, true) || q.attr.AccessFlags&AccessRemoteRead == 0 {
-				q.respFatal(psn, rAccess)
+				q.nak(psn, rAccess)
 				return
 			}
 		}
@@ -982,7 +1002,7 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 	default:
 		// Its own PSN, not the last executed (ePSN-1): see the ACK
 		// limit.
-		q.pushAck(psn, synACK, r.msn)
+		q.queueAck(psn, synACK, r.msn)
 	}
 }
 
