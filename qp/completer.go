@@ -14,21 +14,41 @@ import (
 // and the retry counters (IBTA 9.7.5.2). goBackFor is where every
 // retransmission starts.
 
-// complete handles a response packet on an RC QP.
+// outcome is what one response does, gathered by complete's steps and
+// acted on by its last (settle).
+type outcome struct {
+	psn       bth.PSN
+	syn       bth.Syndrome // the AETH's, if any
+	w         *sendWQE     // the WQE holding psn, if the response is for it ...
+	wi        uint64       // ... and its queue counter
+	progress  bool         // something new was acknowledged or answered
+	asks      int          // READs and atomics whose missing responses are asked for again
+	blocked   bool         // one that lacks responses comes before psn
+	implied   bool         // an ACK or NAK shows them lost: go back to impliedAt
+	impliedAt bth.PSN
+	fail      WCStatus // a NAK or a bad response fails w
+	rnr       bool     // an RNR NAK for w
+	seqNAK    bool     // a PSN sequence NAK to go back for
+}
+
+// complete handles a response packet on an RC QP: it checks the packet,
+// acknowledges what the response covers (ackThrough), lets the handler
+// of the response's kind act on the WQE it is for (onAck, onReadResponse,
+// onAtomicAck), and settles the outcome (settle).
 func (q *QP) complete(now Time, p *bth.Packet) {
 	if q.state != StateRTS && q.state != StateSQD {
 		q.ctr.DroppedPkts++
 		return
 	}
-	psn := p.BTH().PSN()
-	var syn bth.Syndrome
-	if a := p.AETH(); a != nil {
-		syn = a.Syndrome()
+	a := outcome{psn: p.BTH().PSN()}
+	psn := a.psn
+	if ae := p.AETH(); ae != nil {
+		a.syn = ae.Syndrome()
 		// The answers to the requests in flight bring the responder's
 		// end-to-end credits, and so does another answer to the last
 		// one acknowledged (to a copy of it): its count may be newer.
-		if syn.Kind() == bth.AckKindACK && psn.InWindow(q.compPSN.Add(-1), q.sentHigh.Sub(q.compPSN)+1) {
-			q.cred.take(syn.Value(), a.MSN())
+		if a.syn.Kind() == bth.AckKindACK && psn.InWindow(q.compPSN.Add(-1), q.sentHigh.Sub(q.compPSN)+1) {
+			q.cred.take(a.syn.Value(), ae.MSN())
 		}
 	}
 	// Responses are for PSNs sent and not yet acknowledged; others are
@@ -38,26 +58,43 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		return
 	}
 	kind := p.Info.Kind
-	if kind == bth.KindAck && syn.Kind() == bth.AckKindReserved {
+	isAck := kind == bth.KindAck
+	if isAck && a.syn.Kind() == bth.AckKindReserved {
 		q.ctr.DroppedPkts++
 		return
 	}
-	// An ACK acknowledges its PSN; a NAK, a READ response or an atomic
-	// ACK acknowledges every PSN before its own.
+	comp := q.compPSN
+	q.ackThrough(&a, isAck)
+	if a.w != nil && isAck && a.blocked && (a.syn.Kind() == bth.AckKindACK || (q.rec.on && q.rec.psn.Less(psn))) {
+		// Past a READ or atomic that lacks responses, an ACK
+		// acknowledges nothing, and a NAK asks for nothing while a
+		// go-back from before it is under way: it may be older.
+		a.w = nil
+	}
+	if a.w != nil {
+		switch kind {
+		case bth.KindAck:
+			q.onAck(&a)
+		case bth.KindReadResponse:
+			q.onReadResponse(now, p, &a)
+		case bth.KindAtomicAck:
+			q.onAtomicAck(now, p, &a)
+		}
+	}
+	q.settle(now, &a, comp)
+}
+
+// ackThrough marks done the WQEs a response acknowledges in full: an
+// ACK acknowledges its PSN, a NAK, a READ response or an atomic ACK
+// every PSN before its own. It finds the WQE holding the response's
+// PSN, and what READs and atomics before it lack.
+func (q *QP) ackThrough(a *outcome, isAck bool) {
+	psn := a.psn
 	through := psn.Add(-1)
-	if kind == bth.KindAck && syn.Kind() == bth.AckKindACK {
+	if isAck && a.syn.Kind() == bth.AckKindACK {
 		through = psn
 	}
-	isAck := kind == bth.KindAck
-	comp := q.compPSN
 	sq := &q.sq
-	progress := false
-	asks := 0        // READs and atomics whose missing responses are asked for again
-	blocked := false // one that lacks responses comes before psn
-	implied := false // an ACK or NAK shows them lost: go back to impliedAt
-	var impliedAt bth.PSN
-	var w *sendWQE // the WQE holding psn
-	var wi uint64
 	for i := sq.head; i != sq.next; i++ {
 		x := sq.at(i)
 		if x.done {
@@ -65,14 +102,14 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		}
 		if !x.last().LessEq(through) {
 			if psn.InWindow(x.first, int(x.npkts)) {
-				w, wi = x, i
+				a.w, a.wi = x, i
 			}
-			break
+			return
 		}
 		if !x.rdAtomic {
-			if !(isAck && blocked) {
+			if !(isAck && a.blocked) {
 				x.done = true
-				progress = true
+				a.progress = true
 			}
 			continue
 		}
@@ -85,82 +122,93 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 		// asked for again.
 		lost := q.lostPast(i, x, psn)
 		if isAck && lost {
-			implied, impliedAt = true, x.first.Add(int(x.rcvd))
-			break
+			a.implied, a.impliedAt = true, x.first.Add(int(x.rcvd))
+			return
 		}
-		blocked = true
+		a.blocked = true
 		if lost {
 			q.askAgain(x, askOver)
-			asks++
+			a.asks++
 		}
 	}
-	var failSt WCStatus
-	rnr, seqNAK := false, false
-	if w != nil && isAck && blocked && (syn.Kind() == bth.AckKindACK || (q.retrying && q.retryPSN.Less(psn))) {
-		// Past a READ or atomic that lacks responses, an ACK
-		// acknowledges nothing, and a NAK asks for nothing while a
-		// go-back from before it is under way: it may be older.
-		w = nil
+}
+
+// onAck handles an ACK, NAK or RNR NAK for a PSN inside WQE a.w.
+func (q *QP) onAck(a *outcome) {
+	w, psn, through := a.w, a.psn, a.psn.Add(-1)
+	if a.syn.Kind() == bth.AckKindACK {
+		through = psn
 	}
-	if w != nil {
-		switch kind {
-		case bth.KindAck:
-			// Inside a multi-packet SEND/WRITE: progress up to the PSN
-			// (none when it acknowledges nothing new, as a second NAK
-			// for the same PSN does).
-			if !blocked && !w.rdAtomic && w.first.LessEq(through) && q.compPSN.LessEq(through) {
-				q.compPSN = through.Next()
-				progress = true
-			}
-			switch syn.Kind() {
-			case bth.AckKindNAK:
-				code := syn.Value()
-				if code == bth.NAKPSNSequenceError {
-					q.ctr.RcvdSeqErr++
-					seqNAK = !(q.rnrWait && psn == q.rnrPSN)
-					break
-				}
-				failSt = nakStatus(code)
-				switch code {
-				case bth.NAKInvalidRequest:
-					q.ctr.ReqRemoteInvalidReq++
-				case bth.NAKRemoteAccessError:
-					q.ctr.ReqRemoteAccessErrs++
-				}
-			case bth.AckKindRNR:
-				q.ctr.RcvdRNRErr++
-				rnr = true
-			}
-		case bth.KindReadResponse:
-			seq := q.answers(w, psn)
-			var gap bool
-			failSt, gap = q.readResponse(now, wi, w, p, psn, &progress)
-			if gap {
-				asks++
-			}
-			if seq > q.rd.seen {
-				q.rd.seen = seq
-				asks += q.lostBefore(seq)
-			}
-		case bth.KindAtomicAck:
-			if (w.wr.Opcode != WRCompareSwap && w.wr.Opcode != WRFetchAdd) || psn != w.first {
-				q.ctr.DroppedPkts++
-				break
-			}
-			var b [8]byte
-			binary.NativeEndian.PutUint64(b[:], p.AtomicAck().Orig())
-			if !q.scatterSend(w, 0, b[:]) {
-				failSt = WCLocProtErr
-				break
-			}
-			q.rdDone(now, w)
-			progress = true
+	// Inside a multi-packet SEND/WRITE: progress up to the PSN (none
+	// when it acknowledges nothing new, as a second NAK for the same
+	// PSN does).
+	if !a.blocked && !w.rdAtomic && w.first.LessEq(through) && q.compPSN.LessEq(through) {
+		q.compPSN = through.Next()
+		a.progress = true
+	}
+	switch a.syn.Kind() {
+	case bth.AckKindNAK:
+		code := a.syn.Value()
+		if code == bth.NAKPSNSequenceError {
+			q.ctr.RcvdSeqErr++
+			a.seqNAK = !(q.rnr.armed && psn == q.rnr.psn)
+			return
 		}
+		a.fail = nakStatus(code)
+		switch code {
+		case bth.NAKInvalidRequest:
+			q.ctr.ReqRemoteInvalidReq++
+		case bth.NAKRemoteAccessError:
+			q.ctr.ReqRemoteAccessErrs++
+		}
+	case bth.AckKindRNR:
+		q.ctr.RcvdRNRErr++
+		a.rnr = true
 	}
+}
+
+// onReadResponse handles a READ response packet (or the answer to a
+// FLUSH or ATOMIC_WRITE) for WQE a.w.
+func (q *QP) onReadResponse(now Time, p *bth.Packet, a *outcome) {
+	seq := q.answers(a.w, a.psn)
+	var gap bool
+	a.fail, gap = q.readResponse(now, a.wi, a.w, p, a.psn, &a.progress)
+	if gap {
+		a.asks++
+	}
+	if seq > q.rd.seen {
+		q.rd.seen = seq
+		a.asks += q.lostBefore(seq)
+	}
+}
+
+// onAtomicAck handles an atomic ACK for WQE a.w: the original value
+// goes to its local buffer.
+func (q *QP) onAtomicAck(now Time, p *bth.Packet, a *outcome) {
+	w := a.w
+	if (w.wr.Opcode != WRCompareSwap && w.wr.Opcode != WRFetchAdd) || a.psn != w.first {
+		q.ctr.DroppedPkts++
+		return
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], p.AtomicAck().Orig())
+	if !q.scatterSend(w, 0, b[:]) {
+		a.fail = WCLocProtErr
+		return
+	}
+	q.rdDone(now, w)
+	a.progress = true
+}
+
+// settle retires what a response completed, takes note of progress
+// (compPSN was comp before it), and starts what it calls for: the
+// failure of a WQE, the RNR wait, a go-back, or requests for missing
+// READ responses.
+func (q *QP) settle(now Time, a *outcome, comp bth.PSN) {
 	q.retire()
 	q.updateComp()
-	if progress {
-		if q.gentle {
+	if a.progress {
+		if q.gentle.on {
 			q.endGentle()
 		}
 		q.onProgress(now, q.compPSN != comp)
@@ -168,17 +216,17 @@ func (q *QP) complete(now Time, p *bth.Packet) {
 	// A retransmission under way need not resend what is now answered.
 	q.skipAnswered()
 	switch {
-	case failSt != WCSuccess:
-		q.failWQE(w, failSt)
+	case a.fail != WCSuccess:
+		q.failWQE(a.w, a.fail)
 		return
-	case rnr:
-		q.rnrNAK(now, w, psn, syn.Value())
-	case implied:
-		q.goBackFor(now, backImplied, impliedAt)
-	case seqNAK:
-		q.goBackFor(now, backSeqNAK, psn)
+	case a.rnr:
+		q.rnrNAK(now, a.w, a.psn, a.syn.Value())
+	case a.implied:
+		q.goBackFor(now, backImplied, a.impliedAt)
+	case a.seqNAK:
+		q.goBackFor(now, backSeqNAK, a.psn)
 	}
-	if asks > 0 && (q.state == StateRTS || q.state == StateSQD) {
+	if a.asks > 0 && (q.state == StateRTS || q.state == StateSQD) {
 		q.goBackFor(now, backAsk, 0)
 	}
 }
@@ -220,6 +268,49 @@ func (q *QP) skipAnswered() {
 	}
 }
 
+// recovery is the requester's retry counters and the go-back under way.
+type recovery struct {
+	retryLeft uint8   // retry_cnt left
+	rnrLeft   uint8   // rnr_retry left
+	on        bool    // a go-back-N retransmission is under way ...
+	psn       bth.PSN // ... from this PSN, with no progress since ...
+	at        Time    // ... begun at this time
+}
+
+// rnrWait is the wait an RNR NAK asked for.
+type rnrWait struct {
+	timer         // armed while waiting
+	psn   bth.PSN // the PSN the NAK named
+}
+
+// gentleState is a gentle go-back (see below) and what the requester
+// learnt of the responder from earlier ones.
+type gentleState struct {
+	on        bool  // after a NAK, only the NAKed packet goes until it is acknowledged ...
+	sent      uint8 // ... packets sent so far: 1 the NAKed one, 2 the probe too ...
+	probe     bool  // ... a probe was sent
+	reads     bool  // ... or the NAKed request was a READ or atomic: those after it go too
+	peerKeeps int8  // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
+	miss      int   // gentle go-backs in a row answered as by a responder that drops
+	off       int   // go-backs since the responder was last taken not to keep them
+}
+
+// rttState is the round-trip time estimate and the packet being timed.
+type rttState struct {
+	est rttEst
+	min Time    // the quickest round trip seen
+	on  bool    // an A-bit packet is being timed ...
+	psn bth.PSN // ... this one ...
+	at  Time    // ... sent at this time
+}
+
+// probeState is the tail-loss probe's timer and backoff.
+type probeState struct {
+	timer
+	want  bool  // the timer expired: Pump sends a probe
+	shift uint8 // backoff since the last progress
+}
+
 // backReason is why the requester goes back.
 type backReason uint8
 
@@ -252,12 +343,12 @@ func (q *QP) goBackFor(now Time, why backReason, from bth.PSN) {
 		// started this go-back: arriving sooner after it than any
 		// round trip could bring an answer to the retransmission, it
 		// is that NAK again (repeated by a responder, or duplicated on the way).
-		if q.retrying && from == q.retryPSN && now-q.retryAt <= q.minRTT/2 {
+		if q.rec.on && from == q.rec.psn && now-q.rec.at <= q.rtt.min/2 {
 			return
 		}
 		plain := q.gentleNAK(from)
 		q.retry(from)
-		q.retryAt = now
+		q.rec.at = now
 		if !plain && (q.state == StateRTS || q.state == StateSQD) {
 			q.startGentle()
 		}
@@ -270,7 +361,7 @@ func (q *QP) goBackFor(now Time, why backReason, from bth.PSN) {
 	case backTimeout:
 		q.ctr.LocalAckTimeoutErr++
 		q.retry(from)
-		q.retryAt = now
+		q.rec.at = now
 	case backProbe:
 		q.askStalled()
 	case backRNR:
@@ -302,15 +393,15 @@ const (
 )
 
 func (q *QP) startGentle() {
-	if q.peerKeeps < 0 {
-		if q.gentleOff++; q.gentleOff < gentleRetest {
+	if q.gentle.peerKeeps < 0 {
+		if q.gentle.off++; q.gentle.off < gentleRetest {
 			return
 		}
-		q.gentleOff = 0
+		q.gentle.off = 0
 	}
-	q.gentle, q.gentleSent, q.gentleProbe, q.gentleReads = true, 0, false, false
+	q.gentle.on, q.gentle.sent, q.gentle.probe, q.gentle.reads = true, 0, false, false
 	if !q.gentleWants() {
-		q.gentle = false // nothing to resend at the NAKed PSN
+		q.gentle.on = false // nothing to resend at the NAKed PSN
 	}
 }
 
@@ -318,13 +409,13 @@ func (q *QP) startGentle() {
 // the resent packet alone and the probe's answer is still to come. An
 // ACK beyond the resent packet shows a responder that keeps requests.
 func (q *QP) endGentle() {
-	switch d := q.compPSN.Sub(q.retryPSN); {
+	switch d := q.compPSN.Sub(q.rec.psn); {
 	case d > 1:
-		q.peerKeeps, q.gentleMiss = 1, 0
-	case d == 1 && q.gentleProbe:
+		q.gentle.peerKeeps, q.gentle.miss = 1, 0
+	case d == 1 && q.gentle.probe:
 		return
 	}
-	q.gentle = false
+	q.gentle.on = false
 }
 
 // gentleNAK takes note of a sequence NAK for from during a gentle
@@ -334,13 +425,13 @@ func (q *QP) endGentle() {
 // requester should then go back plainly, unless the responder is known
 // to keep requests.
 func (q *QP) gentleNAK(from bth.PSN) bool {
-	if !q.gentle || !q.gentleProbe || from != q.retryPSN.Next() {
+	if !q.gentle.on || !q.gentle.probe || from != q.rec.psn.Next() {
 		return false
 	}
-	if q.gentleMiss++; q.gentleMiss >= gentleMisses {
-		q.peerKeeps, q.gentleMiss, q.gentleOff = -1, 0, 0
+	if q.gentle.miss++; q.gentle.miss >= gentleMisses {
+		q.gentle.peerKeeps, q.gentle.miss, q.gentle.off = -1, 0, 0
 	}
-	return q.peerKeeps <= 0
+	return q.gentle.peerKeeps <= 0
 }
 
 // sendGentle sends the packets of a gentle go-back: the NAKed packet,
@@ -357,14 +448,14 @@ func (q *QP) sendGentle(now Time) bool {
 		if !q.emit(now, w) {
 			return false
 		}
-		q.gentleSent, q.gentleReads = 1, true
+		q.gentle.sent, q.gentle.reads = 1, true
 		return true
 	}
-	if q.gentleSent == 0 {
+	if q.gentle.sent == 0 {
 		if sent, _ := q.emitPkt(now, w, q.curIdx, q.curPkt); !sent {
 			return false
 		}
-		q.gentleSent = 1
+		q.gentle.sent = 1
 		if _, _, ok := q.probeTarget(); !ok {
 			q.gentleOn()
 		}
@@ -374,7 +465,7 @@ func (q *QP) sendGentle(now Time) bool {
 	if !q.emitAcked(now, idx, k) {
 		return false
 	}
-	q.gentleSent, q.gentleProbe = 2, true
+	q.gentle.sent, q.gentle.probe = 2, true
 	q.gentleOn()
 	return true
 }
@@ -384,7 +475,7 @@ func (q *QP) sendGentle(now Time) bool {
 // are not lost behind it (and the send window does not shrink for the
 // loss either), so the cursor moves to the first PSN never sent.
 func (q *QP) gentleOn() {
-	if q.peerKeeps > 0 {
+	if q.gentle.peerKeeps > 0 {
 		q.seek(q.sentHigh)
 	}
 }
@@ -395,13 +486,13 @@ func (q *QP) gentleWants() bool {
 		return false
 	}
 	w := q.sq.at(q.curIdx)
-	if q.gentleReads {
+	if q.gentle.reads {
 		return w.rdAtomic
 	}
-	if w.first.Add(int(q.curPkt)) != q.retryPSN {
+	if w.first.Add(int(q.curPkt)) != q.rec.psn {
 		return false
 	}
-	switch q.gentleSent {
+	switch q.gentle.sent {
 	case 0:
 		return true
 	case 1:
@@ -414,7 +505,7 @@ func (q *QP) gentleWants() bool {
 // probeTarget returns the gentle go-back's probe: the last packet sent
 // (lastSent), unless that is the NAKed packet.
 func (q *QP) probeTarget() (uint64, uint32, bool) {
-	if q.sentHigh.Add(-1) == q.retryPSN {
+	if q.sentHigh.Add(-1) == q.rec.psn {
 		return 0, 0, false
 	}
 	return q.lastSent()
@@ -807,21 +898,21 @@ func nakStatus(code uint8) WCStatus {
 // the timer bounds the time a request waits for its answer, also while
 // later ones are answered.
 func (q *QP) onProgress(now Time, moved bool) {
-	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
-	q.retrying = false
+	q.rec.retryLeft, q.rec.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	q.rec.on = false
 	c := q.compCost()
-	q.growWindow(int(c - q.ackedCost))
-	q.ackedCost = c
-	if q.rttOn && q.rttPSN.Less(q.compPSN) {
-		q.rttOn = false
-		q.rttSample(now - q.rttAt)
+	q.growWindow(int(c - q.win.ackedCost))
+	q.win.ackedCost = c
+	if q.rtt.on && q.rtt.psn.Less(q.compPSN) {
+		q.rtt.on = false
+		q.rttSample(now - q.rtt.at)
 	}
-	q.probeShift = 0
+	q.probe.shift = 0
 	q.stopProbe()
 	if q.compPSN == q.sentHigh {
-		q.ackArmed = false
+		q.ackTimer.stop()
 	} else {
-		if moved || !q.ackArmed {
+		if moved || !q.ackTimer.armed {
 			q.armAck(now)
 		}
 		q.armProbe(now)
@@ -838,7 +929,7 @@ func (q *QP) retry(from bth.PSN) {
 		return
 	}
 	q.shrinkWindow()
-	q.retrying, q.retryPSN = true, from
+	q.rec.on, q.rec.psn = true, from
 	q.goBack(from)
 }
 
@@ -846,13 +937,13 @@ func (q *QP) retry(from bth.PSN) {
 // outstanding WQE completes with WCRetryExcErr (the QP enters ERR) and
 // charge reports false.
 func (q *QP) charge() bool {
-	if q.retryLeft == 0 && !q.infiniteRetry() {
+	if q.rec.retryLeft == 0 && !q.infiniteRetry() {
 		q.ctr.RetryExceededErr++
 		q.failWQE(q.oldest(), WCRetryExcErr)
 		return false
 	}
 	if !q.infiniteRetry() {
-		q.retryLeft--
+		q.rec.retryLeft--
 	}
 	q.ctr.CompleterRetryErr++
 	return true
@@ -861,22 +952,21 @@ func (q *QP) charge() bool {
 // rnrNAK handles an RNR NAK for PSN psn of WQE w: wait for the timer
 // the responder named, then resend from psn.
 func (q *QP) rnrNAK(now Time, w *sendWQE, psn bth.PSN, code uint8) {
-	if q.rnrLeft == 0 {
+	if q.rec.rnrLeft == 0 {
 		q.ctr.RNRNakRetryErr++
 		q.failWQE(w, WCRNRRetryExcErr)
 		return
 	}
-	if q.rnrLeft != 7 {
-		q.rnrLeft--
+	if q.rec.rnrLeft != 7 {
+		q.rec.rnrLeft--
 	}
 	// The responder received the request at psn: whatever was lost
 	// before has been recovered, so the transport retry count starts
 	// afresh (rnr_retry bounds the RNR NAKs).
-	q.retryLeft = q.attr.RetryCnt
+	q.rec.retryLeft = q.attr.RetryCnt
 	q.goBackFor(now, backRNR, psn)
-	q.rnrWait = true
-	q.rnrPSN = psn
-	q.rnrUntil = now + time.Duration(bth.RNRTimerMicros[code&31])*time.Microsecond
+	q.rnr.arm(now + time.Duration(bth.RNRTimerMicros[code&31])*time.Microsecond)
+	q.rnr.psn = psn
 }
 
 // oldest returns the oldest WQE not yet done (the one holding compPSN).
@@ -894,9 +984,9 @@ func (q *QP) oldest() *sendWQE {
 // from there on that is not done is sent again, and what the cursor
 // will send is no longer asked for apart.
 func (q *QP) goBack(from bth.PSN) {
-	q.ackArmed = false
-	q.gentle = false
-	q.rttOn = false
+	q.ackTimer.stop()
+	q.gentle.on = false
+	q.rtt.on = false
 	q.rd.pace.stop(nil)
 	q.stopProbe()
 	q.seek(from)
@@ -929,7 +1019,7 @@ func (q *QP) seek(from bth.PSN) {
 
 // ackTimeout handles the expiry of the local ACK timer.
 func (q *QP) ackTimeout(now Time) {
-	q.ackArmed = false
+	q.ackTimer.stop()
 	if q.compPSN == q.sentHigh {
 		return
 	}
@@ -960,10 +1050,10 @@ const (
 // rttSample feeds one round-trip time into the smoothed estimate.
 func (q *QP) rttSample(d Time) {
 	d = max(d, 1)
-	if q.minRTT == 0 || d < q.minRTT {
-		q.minRTT = d
+	if q.rtt.min == 0 || d < q.rtt.min {
+		q.rtt.min = d
 	}
-	q.rtt.sample(d)
+	q.rtt.est.sample(d)
 }
 
 // rttEst is a smoothed round-trip time and its deviation (RFC 6298's
@@ -1002,7 +1092,7 @@ func (q *QP) probeTimeout() (Time, bool) {
 	if q.attr.Timeout == 0 {
 		return 0, false
 	}
-	d, ok := q.rtt.timeout(), q.rtt.srtt != 0
+	d, ok := q.rtt.est.timeout(), q.rtt.est.srtt != 0
 	if q.compPSN != q.sentHigh && q.oldest().wr.Opcode == WRRead {
 		if p, pok := q.rd.pace.timeout(); pok {
 			d, ok = p, true
@@ -1011,7 +1101,7 @@ func (q *QP) probeTimeout() (Time, bool) {
 	if !ok {
 		return 0, false
 	}
-	d = max(d, minProbe) << q.probeShift
+	d = max(d, minProbe) << q.probe.shift
 	return d, d < ackTimeoutDur(q.attr.Timeout)
 }
 
@@ -1021,11 +1111,11 @@ func (q *QP) armProbe(now Time) {
 		return
 	}
 	if d, ok := q.probeTimeout(); ok {
-		q.probeArmed, q.probeDue = true, now+d
+		q.probe.arm(now + d)
 	}
 }
 
-func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
+func (q *QP) stopProbe() { q.probe.stop(); q.probe.want = false }
 
 // sendProbe sends the loss probe: the highest-PSN packet sent, again,
 // with the A bit. It reports false when the Output is full. READs whose
@@ -1034,25 +1124,25 @@ func (q *QP) stopProbe() { q.probeArmed, q.probeWant = false, false }
 // which a responder answers from the data (IBTA duplicate READ).
 // Atomics wait for the ACK timeout.
 func (q *QP) sendProbe(now Time) bool {
-	q.probeWant = false
+	q.probe.want = false
 	asked := q.rd.asks
 	q.goBackFor(now, backProbe, 0)
 	probed := q.rd.asks > asked
 	if idx, k, ok := q.lastSent(); ok {
 		if !q.emitAcked(now, idx, k) {
 			if q.state == StateRTS || q.state == StateSQD {
-				q.probeWant = true
+				q.probe.want = true
 			}
 			return false
 		}
 		probed = true
-		q.rttOn = false
+		q.rtt.on = false
 	}
 	if probed {
 		q.ctr.LossProbes++
 	}
-	if q.probeShift < maxProbeShift {
-		q.probeShift++
+	if q.probe.shift < maxProbeShift {
+		q.probe.shift++
 	}
 	q.armProbe(now)
 	return true

@@ -94,8 +94,7 @@ type ccState struct {
 	init  bool // rp and pacer were set up (on the first CNP)
 	rp    dcqcn.RP
 	pacer dcqcn.Pacer
-	hold  bool // the pacer holds the requests back ...
-	until Time // ... until then
+	hold  timer // the pacer holds the requests back until it is due
 }
 
 // DefaultLineRate is the reaction point's line rate when Caps gives none.
@@ -138,10 +137,10 @@ func (q *QP) paceReady(now Time) bool {
 	}
 	c.pacer.SetRate(c.rp.Rate())
 	if t := c.pacer.Next(now, 0); t > now {
-		c.hold, c.until = true, t
+		c.hold.arm(t)
 		return false
 	}
-	c.hold = false
+	c.hold.stop()
 	return true
 }
 
@@ -166,8 +165,8 @@ func (q *QP) ccTick(now Time) {
 		c.rp.Advance(now)
 		c.pacer.SetRate(c.rp.Rate())
 	}
-	if c.hold && (now >= c.until || !c.rp.Limited()) {
-		c.hold = false
+	if c.hold.expired(now) || !c.rp.Limited() {
+		c.hold.stop()
 	}
 }
 
@@ -179,10 +178,7 @@ func (q *QP) ccDeadline() (Time, bool) {
 		return 0, false
 	}
 	d, ok := c.rp.Deadline()
-	if c.hold && (!ok || c.until < d) {
-		d, ok = c.until, true
-	}
-	return d, ok
+	return c.hold.earlier(d, ok)
 }
 
 // Rate returns the QP's DCQCN rate in bit/s and whether it is limited

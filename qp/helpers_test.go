@@ -358,7 +358,7 @@ func wantWC(t *testing.T, what string, wcs []WC, want ...WC) {
 // dropsPastGap makes n's requester take its peer for a responder that
 // drops the requests following a gap (as rdma_rxe does), as it learns
 // on the first loss: go-back-N then resends everything at once.
-func (n *node) dropsPastGap() { n.qp.peerKeeps = -1 }
+func (n *node) dropsPastGap() { n.qp.gentle.peerKeeps = -1 }
 
 // testStash lends up to max buffers and counts those out.
 type testStash struct {

@@ -657,17 +657,17 @@ func TestSendWindowAdapts(t *testing.T) {
 		t.Fatalf("first burst %d packets, want %d", got, DefaultSendWindow/4096)
 	}
 	// 40 packets acknowledged: 160 KiB, three windows' worth or so.
-	if w := n.qp.win; w <= DefaultSendWindow || w > DefaultSendWindow+4*winGrowUnit {
+	if w := n.qp.win.size; w <= DefaultSendWindow || w > DefaultSendWindow+4*winGrowUnit {
 		t.Fatalf("window %d after 160 KiB acknowledged", w)
 	}
 	for i := 0; i < 40; i++ {
 		burst(100)
 	}
-	if n.qp.win != maxSendWindow {
-		t.Fatalf("window %d after 16 MiB acknowledged, want %d", n.qp.win, maxSendWindow)
+	if n.qp.win.size != maxSendWindow {
+		t.Fatalf("window %d after 16 MiB acknowledged, want %d", n.qp.win.size, maxSendWindow)
 	}
 	if got := burst(100); got != maxSendWindow/4096 {
-		t.Fatalf("burst of %d packets with the window at %d", got, n.qp.win)
+		t.Fatalf("burst of %d packets with the window at %d", got, n.qp.win.size)
 	}
 	// Losses halve it, to DefaultSendWindow at least.
 	n.post(t, writeWR(1, 4096, key))
@@ -677,15 +677,15 @@ func TestSendWindowAdapts(t *testing.T) {
 	for i, want := range []int{maxSendWindow / 2, maxSendWindow / 4, DefaultSendWindow, DefaultSendWindow} {
 		now += 10
 		n.qp.Receive(now, ackPkt(t, psn, bth.SyndromePSNSeqErr, 0))
-		if n.qp.win != want {
-			t.Fatalf("loss %d: window %d, want %d", i, n.qp.win, want)
+		if n.qp.win.size != want {
+			t.Fatalf("loss %d: window %d, want %d", i, n.qp.win.size, want)
 		}
 	}
 	// A window given in Caps is fixed.
 	f := single(t, Caps{SendWindow: 8 << 10}, o)
 	f.qp.growWindow(1 << 20)
 	f.qp.shrinkWindow()
-	if f.qp.win != 8<<10 {
-		t.Errorf("fixed window became %d", f.qp.win)
+	if f.qp.win.size != 8<<10 {
+		t.Errorf("fixed window became %d", f.qp.win.size)
 	}
 }

@@ -247,11 +247,11 @@ func (q *QP) Modify(now Time, a *Attr, mask AttrMask) error {
 	}
 	if mask&AttrRetryCnt != 0 {
 		at.RetryCnt = a.RetryCnt
-		q.retryLeft = a.RetryCnt
+		q.rec.retryLeft = a.RetryCnt
 	}
 	if mask&AttrRNRRetry != 0 {
 		at.RNRRetry = a.RNRRetry
-		q.rnrLeft = a.RNRRetry
+		q.rec.rnrLeft = a.RNRRetry
 	}
 	if mask&AttrRQPSN != 0 {
 		at.RQPSN = a.RQPSN

@@ -35,52 +35,23 @@ type QP struct {
 	scratch []byte
 
 	// Send queue, requester and completer (requester.go, completer.go).
-	sq          sendQueue
-	nextPSN     bth.PSN // first PSN of the next request to start
-	compPSN     bth.PSN // oldest PSN not yet acknowledged
-	sentHigh    bth.PSN // one past the highest PSN ever transmitted
-	curIdx      uint64  // transmit cursor: WQE counter ...
-	curPkt      uint32  // ... and packet (PSN offset) within it
-	rdOut       int     // READ/atomic requests holding a max_rd_atomic credit (rd.held)
-	rd          rdState // READs and atomics whose responses were lost (completer.go)
-	cred        credits // the responder's end-to-end credits (credit.go)
-	retryLeft   uint8
-	rnrLeft     uint8
-	ackArmed    bool
-	ackDue      Time
-	rnrWait     bool
-	rnrUntil    Time
-	rnrPSN      bth.PSN
-	noAck       int     // packets sent since the last one with the A bit ...
-	noAckCost   int     // ... and their send window cost
-	retrying    bool    // a go-back-N retransmission is under way ...
-	retryPSN    bth.PSN // ... from this PSN, with no progress since ...
-	retryAt     Time    // ... begun at this time
-	win         int     // send window in bytes (see pktCost), 0: unbounded ...
-	winLeast    int     // ... at least ...
-	winMost     int     // ... and at most (adaptive when they differ)
-	winGrow     int     // acknowledged cost toward the next growth
-	ackedCost   uint64  // compCost when last acknowledged
-	nextCost    uint64  // send window cost of the requests started so far
-	forceAck    bool    // the next packet asks for an ACK (loss probe)
-	gentle      bool    // after a NAK, only the NAKed packet goes until it is acknowledged ...
-	gentleSent  uint8   // ... packets sent so far: 1 the NAKed one, 2 the probe too ...
-	gentleProbe bool    // ... a probe was sent
-	gentleReads bool    // ... or the NAKed request was a READ or atomic: those after it go too
-	peerKeeps   int8    // the responder keeps requests past a gap: 1 yes, -1 no, 0 unknown
-	gentleMiss  int     // gentle go-backs in a row answered as by a responder that drops
-	gentleOff   int     // go-backs since the responder was last taken not to keep them
-
-	// Round-trip time estimate and the tail-loss probe (completer.go).
-	rtt        rttEst
-	minRTT     Time
-	rttOn      bool    // an A-bit packet is being timed ...
-	rttPSN     bth.PSN // ... this one ...
-	rttAt      Time    // ... sent at this time
-	probeArmed bool
-	probeDue   Time
-	probeWant  bool  // the probe timer expired: Pump sends a probe
-	probeShift uint8 // probe timer backoff since the last progress
+	sq       sendQueue
+	nextPSN  bth.PSN // first PSN of the next request to start
+	compPSN  bth.PSN // oldest PSN not yet acknowledged
+	sentHigh bth.PSN // one past the highest PSN ever transmitted
+	curIdx   uint64  // transmit cursor: WQE counter ...
+	curPkt   uint32  // ... and packet (PSN offset) within it
+	rdOut    int     // READ/atomic requests holding a max_rd_atomic credit (rd.held)
+	rd       rdState // READs and atomics whose responses were lost (completer.go)
+	cred     credits // the responder's end-to-end credits (credit.go)
+	win      window  // the send window and the A bit's spacing (requester.go)
+	forceAck bool    // the next packet asks for an ACK (loss probe)
+	ackTimer timer   // the local ACK timeout
+	rnr      rnrWait
+	rec      recovery    // retry counters and the go-back under way
+	gentle   gentleState // the gentle go-back after a NAK
+	rtt      rttState    // round-trip time (completer.go)
+	probe    probeState  // the tail-loss probe (completer.go)
 
 	// Receive queue and responder (responder.go, ud.go).
 	rq   recvQueue
@@ -150,8 +121,8 @@ func New(caps Caps, env Env) (*QP, error) {
 		q.ctr = new(Counters)
 	}
 	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
-	q.win, q.winMost = windowOf(caps.SendWindow)
-	q.winLeast = q.win
+	q.win.size, q.win.most = windowOf(caps.SendWindow)
+	q.win.least = q.win.size
 	if q.typ == UD {
 		q.sq.avs = make([]udDest, len(q.sq.slots))
 	}
@@ -203,15 +174,13 @@ func (q *QP) reset() {
 	q.sq.clear()
 	q.rq.clear()
 	q.nextPSN, q.compPSN, q.sentHigh = 0, 0, 0
-	q.curIdx, q.curPkt, q.rdOut, q.nextCost, q.ackedCost = 0, 0, 0, 0, 0
+	q.curIdx, q.curPkt, q.rdOut = 0, 0, 0
 	q.rd = rdState{}
 	q.cred = credits{}
-	q.win, q.winGrow = q.winLeast, 0
-	q.retryLeft, q.rnrLeft = 0, 0
-	q.ackArmed, q.rnrWait, q.noAck, q.noAckCost, q.retrying, q.forceAck = false, false, 0, 0, false, false
-	q.gentle, q.gentleProbe, q.peerKeeps, q.gentleOff, q.gentleMiss = false, false, 0, 0, 0
-	q.rtt, q.minRTT, q.rttOn = rttEst{}, 0, false
-	q.stopProbe()
+	q.win.reset()
+	q.forceAck = false
+	q.ackTimer.stop()
+	q.rnr, q.rec, q.gentle, q.rtt, q.probe = rnrWait{}, recovery{}, gentleState{}, rttState{}, probeState{}
 	q.cc = ccState{on: q.cc.on}
 	q.ePSN = 0
 	q.resetResponder()
@@ -225,7 +194,8 @@ func (q *QP) reset() {
 func (q *QP) enterErr(keepResp bool) {
 	q.state = StateErr
 	q.attr.State = StateErr
-	q.ackArmed, q.rnrWait = false, false
+	q.ackTimer.stop()
+	q.rnr.stop()
 	q.stopProbe()
 	q.stashClear()
 	q.flushSend()
@@ -258,7 +228,7 @@ func (q *QP) flushSend() {
 	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
 	q.rdOut = 0
 	q.rd.held, q.rd.asks = sq.tail, 0
-	q.gentle = false
+	q.gentle.on = false
 	q.compPSN = q.nextPSN
 }
 
@@ -407,16 +377,16 @@ func (q *QP) Pump(now Time) {
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}
-	if q.rnrWait {
-		if now < q.rnrUntil {
+	if q.rnr.armed {
+		if now < q.rnr.due {
 			return
 		}
-		q.rnrWait = false
+		q.rnr.stop()
 	}
 	if !q.paceReady(now) {
 		return
 	}
-	if q.probeWant && !q.sendProbe(now) {
+	if q.probe.want && !q.sendProbe(now) {
 		return
 	}
 	for q.sendOne(now) && q.paceReady(now) {
@@ -427,32 +397,22 @@ func (q *QP) Pump(now Time) {
 // exhaustion), the end of an RNR wait and the loss probe (sent by the
 // next Pump).
 func (q *QP) Tick(now Time) {
-	if q.rnrWait && now >= q.rnrUntil {
-		q.rnrWait = false
+	if q.rnr.expired(now) {
+		q.rnr.stop()
 	}
-	if q.ackArmed && now >= q.ackDue {
+	if q.ackTimer.expired(now) {
 		q.ackTimeout(now)
 	}
-	if q.probeArmed && now >= q.probeDue {
-		q.probeArmed = false
-		q.probeWant = q.compPSN != q.sentHigh
+	if q.probe.expired(now) {
+		q.probe.stop()
+		q.probe.want = q.compPSN != q.sentHigh
 	}
 	q.ccTick(now)
 }
 
 // Deadline returns the earliest armed timer, false if none.
 func (q *QP) Deadline() (Time, bool) {
-	var d Time
-	ok := false
-	if q.ackArmed {
-		d, ok = q.ackDue, true
-	}
-	if q.rnrWait && (!ok || q.rnrUntil < d) {
-		d, ok = q.rnrUntil, true
-	}
-	if q.probeArmed && (!ok || q.probeDue < d) {
-		d, ok = q.probeDue, true
-	}
+	d, ok := earliest(q.ackTimer, q.rnr.timer, q.probe.timer)
 	if c, k := q.ccDeadline(); k && (!ok || c < d) {
 		d, ok = c, true
 	}
@@ -466,17 +426,17 @@ func (q *QP) Busy() bool {
 	if q.resp.pending() {
 		return true
 	}
-	if (q.state != StateRTS && q.state != StateSQD) || q.rnrWait || q.cc.hold {
+	if (q.state != StateRTS && q.state != StateSQD) || q.rnr.armed || q.cc.hold.armed {
 		return false
 	}
-	if q.probeWant || q.rd.asks > 0 {
+	if q.probe.want || q.rd.asks > 0 {
 		return true
 	}
-	if q.gentle {
+	if q.gentle.on {
 		if q.gentleWants() {
 			return true
 		}
-		if q.peerKeeps <= 0 {
+		if q.gentle.peerKeeps <= 0 {
 			return false
 		}
 	}

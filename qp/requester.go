@@ -41,30 +41,46 @@ const (
 	winGrowUnit   = 4 << 10
 )
 
+// window is the requester's send window over SEND and WRITE bytes
+// (pktCost), and the spacing of the A bit it asks with.
+type window struct {
+	size      int    // bytes unacknowledged allowed, 0: unbounded ...
+	least     int    // ... at least ...
+	most      int    // ... and at most (adaptive when they differ)
+	grow      int    // acknowledged cost toward the next growth
+	ackedCost uint64 // compCost when last acknowledged
+	nextCost  uint64 // send window cost of the requests started so far
+	noAck     int    // packets sent since the last one with the A bit ...
+	noAckCost int    // ... and their send window cost
+}
+
+// reset empties the window and returns it to its least size.
+func (w *window) reset() { *w = window{size: w.least, least: w.least, most: w.most} }
+
 // growWindow takes acked, the send window cost just acknowledged.
 func (q *QP) growWindow(acked int) {
-	if q.win >= q.winMost || acked <= 0 {
+	if q.win.size >= q.win.most || acked <= 0 {
 		return
 	}
-	q.winGrow += acked
-	for q.winGrow >= q.win && q.win < q.winMost {
-		q.winGrow -= q.win
-		q.win = min(q.win+winGrowUnit, q.winMost)
+	q.win.grow += acked
+	for q.win.grow >= q.win.size && q.win.size < q.win.most {
+		q.win.grow -= q.win.size
+		q.win.size = min(q.win.size+winGrowUnit, q.win.most)
 	}
 }
 
 // shrinkWindow halves an adaptive send window after a loss.
 func (q *QP) shrinkWindow() {
-	if q.winMost > q.winLeast {
-		q.win = max(q.win/2, q.winLeast)
-		q.winGrow = 0
+	if q.win.most > q.win.least {
+		q.win.size = max(q.win.size/2, q.win.least)
+		q.win.grow = 0
 	}
 }
 
 // compCost returns the send window cost of the requests before compPSN.
 func (q *QP) compCost() uint64 {
 	if q.compPSN == q.nextPSN {
-		return q.nextCost
+		return q.win.nextCost
 	}
 	o := q.oldest()
 	return q.costAt(o, uint32(q.compPSN.Sub(o.first)))
@@ -96,7 +112,7 @@ func (q *QP) costAt(w *sendWQE, k uint32) uint64 {
 // inFlight returns the send window cost of the unacknowledged requests
 // before packet k of w (or, with w nil, before the next request).
 func (q *QP) inFlight(w *sendWQE, k uint32) int {
-	end := q.nextCost
+	end := q.win.nextCost
 	if w != nil {
 		end = q.costAt(w, k)
 	}
@@ -107,11 +123,11 @@ func (q *QP) inFlight(w *sendWQE, k uint32) int {
 // SEND or WRITE packet outside the send window: the unacknowledged
 // requests before it fill the window.
 func (q *QP) windowFull() bool {
-	if q.win == 0 || q.typ != RC || q.curIdx == q.sq.next {
+	if q.win.size == 0 || q.typ != RC || q.curIdx == q.sq.next {
 		return false
 	}
 	w := q.sq.at(q.curIdx)
-	return !w.rdAtomic && q.inFlight(w, q.curPkt) >= q.win
+	return !w.rdAtomic && q.inFlight(w, q.curPkt) >= q.win.size
 }
 
 var wrNames = [...]string{"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
@@ -236,7 +252,7 @@ func (q *QP) canStart(w *sendWQE) bool {
 	if q.compPSN != q.nextPSN && q.nextPSN.Sub(q.compPSN)+int(q.pkts(w)) >= 1<<22 {
 		return false
 	}
-	if q.win > 0 && !isRdAtomic(w.wr.Opcode) && q.inFlight(nil, 0) >= q.win {
+	if q.win.size > 0 && !isRdAtomic(w.wr.Opcode) && q.inFlight(nil, 0) >= q.win.size {
 		return false
 	}
 	return true
@@ -278,11 +294,11 @@ func (q *QP) start(w *sendWQE) bool {
 		return false
 	}
 	q.nextPSN = q.nextPSN.Add(int(w.npkts))
-	w.cost0 = q.nextCost
+	w.cost0 = q.win.nextCost
 	if w.rdAtomic {
 		q.rdOut++
 	} else if q.typ == RC {
-		q.nextCost = q.costAt(w, w.npkts-1) + uint64(q.pktCost(w, w.npkts-1))
+		q.win.nextCost = q.costAt(w, w.npkts-1) + uint64(q.pktCost(w, w.npkts-1))
 	}
 	return true
 }
@@ -307,11 +323,11 @@ func (q *QP) sendOne(now Time) bool {
 			return sent
 		}
 	}
-	if q.gentle {
+	if q.gentle.on {
 		if q.gentleWants() {
 			return q.sendGentle(now)
 		}
-		if q.peerKeeps <= 0 {
+		if q.gentle.peerKeeps <= 0 {
 			return false
 		}
 		// A responder known to keep requests: new ones go on (the
@@ -439,8 +455,8 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			// out, and ACKs few and far between would make the loss
 			// probe resend what is only waiting for the pacer.
 			// A credit probe asks, so that its answer brings credits.
-			ack = last || q.forceAck || q.noAck+1 >= maxAckEvery || (q.gentle && psn == q.retryPSN) || q.cc.limited() ||
-				(q.win > 0 && (q.inFlight(w, k)+c >= q.win || q.noAckCost+c >= q.win/4)) ||
+			ack = last || q.forceAck || q.win.noAck+1 >= maxAckEvery || (q.gentle.on && psn == q.rec.psn) || q.cc.limited() ||
+				(q.win.size > 0 && (q.inFlight(w, k)+c >= q.win.size || q.win.noAckCost+c >= q.win.size/4)) ||
 				q.creditFor(idx, w, k) == creditProbe
 		}
 		h = q.headers(op, psn, ack)
@@ -478,10 +494,10 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 	if q.typ == RC {
 		q.forceAck = false
 		if h.BTH.AckReq {
-			q.noAck, q.noAckCost = 0, 0
+			q.win.noAck, q.win.noAckCost = 0, 0
 		} else {
-			q.noAck++
-			q.noAckCost += q.pktCost(w, k)
+			q.win.noAck++
+			q.win.noAckCost += q.pktCost(w, k)
 		}
 		end := psn.Next()
 		if w.wr.Opcode == WRRead {
@@ -491,10 +507,10 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 			q.ctr.RetransmittedPkts++
 		} else if w.wr.Opcode == WRRead {
 			q.rd.pace.start(now, w)
-		} else if h.BTH.AckReq && !q.rttOn && !w.rdAtomic {
+		} else if h.BTH.AckReq && !q.rtt.on && !w.rdAtomic {
 			// Time a new packet's acknowledgement (never a resent
 			// one's: its ACK may answer the first copy).
-			q.rttOn, q.rttPSN, q.rttAt = true, psn, now
+			q.rtt.on, q.rtt.psn, q.rtt.at = true, psn, now
 		}
 		if q.sentHigh.Less(end) {
 			q.sentHigh = end
@@ -502,10 +518,10 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		if w.rdAtomic {
 			q.asked(w)
 		}
-		if !q.ackArmed {
+		if !q.ackTimer.armed {
 			q.armAck(now)
 		}
-		if !q.probeArmed && !q.probeWant {
+		if !q.probe.armed && !q.probe.want {
 			q.armProbe(now)
 		}
 	}
@@ -520,8 +536,7 @@ func (q *QP) armAck(now Time) {
 	if q.attr.Timeout == 0 {
 		return
 	}
-	q.ackArmed = true
-	q.ackDue = now + ackTimeoutDur(q.attr.Timeout)
+	q.ackTimer.arm(now + ackTimeoutDur(q.attr.Timeout))
 }
 
 // gather returns n payload bytes of w from byte off: a view of the

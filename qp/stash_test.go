@@ -306,7 +306,7 @@ func TestGentleGoBackLearnsDroppingResponder(t *testing.T) {
 			t.Fatalf("go-back %d sent %d packets", i, got)
 		}
 	}
-	if !n.qp.gentle {
+	if !n.qp.gentle.on {
 		t.Error("no gentle go-back after gentleRetest go-backs")
 	}
 }
