@@ -333,6 +333,14 @@ type Caps struct {
 	// to, in bit/s (0: DefaultLineRate).
 	DCQCN    *dcqcn.Params
 	LineRate uint64
+	// BatchAcks coalesces ACKs across a batch of received packets: the
+	// ACK the responder owes last waits in the QP, and a later one
+	// replaces it (counted in AckCoalesced), until Pump or
+	// SendResponses sends it. The owner then calls Pump after every
+	// batch (Busy reports the waiting ACK) and SendResponses where it
+	// wants the ACK out sooner. Without it Receive sends every response
+	// before it returns.
+	BatchAcks bool
 }
 
 // DefaultSendWindow is where the adaptive send window of an RC QP whose
@@ -640,6 +648,7 @@ type Counters struct {
 	NPCNPSent           uint64 // np_cnp_sent: CNPs sent in answer
 	RPCNPHandled        uint64 // rp_cnp_handled: CNPs that cut the rate
 	RPCNPIgnored        uint64 // rp_cnp_ignored: CNPs within the rate cut's monitor period
+	AckCoalesced        uint64 // ack_coalesced: ACKs replaced by a later one before sending
 	DroppedPkts         uint64 // dropped for any other reason
 }
 

@@ -366,14 +366,19 @@ func (q *QP) Receive(now Time, p *bth.Packet) {
 		}
 		q.receiveUD(p)
 	}
-	q.flushResp()
+	q.flushResp(q.caps.BatchAcks)
 }
+
+// SendResponses sends the responses the QP owes now, an ACK that
+// Caps.BatchAcks holds back included (or keeps them for Pump when the
+// Output is full).
+func (q *QP) SendResponses() { q.flushResp(false) }
 
 // Pump sends what the QP may send now: queued responses first, then
 // requests as far as the send queue, max_rd_atomic, fences and an RNR
 // wait allow. Packets the Output refused are retried here.
 func (q *QP) Pump(now Time) {
-	q.flushResp()
+	q.flushResp(false)
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}

@@ -244,8 +244,9 @@ func (q *QP) queueAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 		return
 	}
 	if r.pending() {
-		if last := r.item(r.itail - 1); last.kind == rkAck && last.syn.Kind() == bth.AckKindACK {
+		if last := r.item(r.itail - 1); last.isACK() {
 			*last = respItem{kind: rkAck, psn: psn, syn: syn, msn: msn}
+			q.ctr.AckCoalesced++
 			return
 		}
 	}
@@ -256,12 +257,20 @@ func (q *QP) queueAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 	r.itail++
 }
 
+// isACK reports whether a queued response is a plain ACK, which a later
+// one may replace.
+func (it *respItem) isACK() bool { return it.kind == rkAck && it.syn.Kind() == bth.AckKindACK }
+
 // flushResp sends queued responses until the queue is empty or the
-// Output is full.
-func (q *QP) flushResp() {
+// Output is full. With hold (Caps.BatchAcks, from Receive), a plain ACK
+// queued last stays for a later one to replace.
+func (q *QP) flushResp(hold bool) {
 	r := &q.resp
 	for r.pending() {
 		it := r.item(r.ihead)
+		if hold && r.ihead+1 == r.itail && it.isACK() {
+			return
+		}
 		if !q.sendResp(it) {
 			return
 		}

@@ -541,3 +541,47 @@ func TestResponderForgottenDuplicates(t *testing.T) {
 		t.Errorf("counters %+v", *c)
 	}
 }
+
+// TestBatchAcks checks Caps.BatchAcks: the ACKs of a batch of requests
+// wait in the QP, each replacing the one before, and go out as one ACK
+// naming the last PSN when the owner pumps; a NAK is not held back.
+func TestBatchAcks(t *testing.T) {
+	o := defaultConn()
+	o.rqPSN = 100
+	n := single(t, Caps{BatchAcks: true}, o)
+	_, key := n.buf(4096, 0x10000, 0)
+	for i := range 3 {
+		n.recv(t, uint64(i), 0x10000, 4096, key)
+	}
+	for i := range 3 {
+		n.qp.Receive(0, req(t, bth.OpSendOnly, bth.PSN(100+i), true, []byte{1, 2, 3}, nil))
+	}
+	if ps := n.out.take(); len(ps) != 0 {
+		t.Fatalf("ACKs sent before the batch ended: %v", describe(ps))
+	}
+	if !n.qp.Busy() {
+		t.Fatal("a QP holding an ACK is not busy")
+	}
+	n.qp.Pump(0)
+	wantAck(t, n.out.take(), 102, bth.ACKSyndrome(0), 3)
+	if got := n.qp.Counters().AckCoalesced; got != 2 {
+		t.Errorf("ack_coalesced %d, want 2", got)
+	}
+	// SendResponses sends a held ACK at once.
+	n.recv(t, 9, 0x10000, 4096, key)
+	n.qp.Receive(0, req(t, bth.OpSendOnly, 103, true, []byte{1}, nil))
+	n.qp.SendResponses()
+	wantAck(t, n.out.take(), 103, bth.ACKSyndrome(0), 4)
+	// A NAK goes out as Receive returns.
+	n.qp.Receive(0, req(t, bth.OpSendOnly, 110, true, []byte{1}, nil))
+	wantAck(t, n.out.take(), 104, bth.SyndromePSNSeqErr, 4)
+
+	// Without BatchAcks, every ACK goes out as Receive returns.
+	m := single(t, Caps{}, o)
+	_, key = m.buf(4096, 0x10000, 0)
+	for i := range 2 {
+		m.recv(t, uint64(i), 0x10000, 4096, key)
+		m.qp.Receive(0, req(t, bth.OpSendOnly, bth.PSN(100+i), true, []byte{1}, nil))
+		wantAck(t, m.out.take(), bth.PSN(100+i), bth.ACKSyndrome(0), uint32(i+1))
+	}
+}

@@ -22,7 +22,6 @@ type Counters struct {
 	RcvSteered     uint64 // rcv_steered: frames handed from one queue's engine to another's
 	RcvSteerDrop   uint64 // rcv_steer_drop: such frames dropped for a full hand-off queue
 	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
-	AckCoalesced   uint64 // ack_coalesced: ACKs merged into a later one before sending
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
 	BackingErr     uint64 // backing_err: failed reads and writes of backed regions (the process gone, its memory unmapped)
 	// Pause counts the link partner's PAUSE and PFC frames and the time
@@ -48,7 +47,6 @@ func (d *Device) Counters() Counters {
 		c.RcvSteered += p.rcvSteered.Load()
 		c.RcvSteerDrop += p.rcvSteerDrop.Load()
 		c.TxEncodeErr += p.txEncodeErr.Load()
-		c.AckCoalesced += p.ackCoalesced.Load()
 		c.BackingErr += p.backingErr.Load()
 	}
 	c.CQOverrun = d.cqOverrun.Load()
@@ -124,7 +122,6 @@ var deviceCounterFields = []struct {
 	{"rcv_steered", func(c *Counters) *uint64 { return &c.RcvSteered }},
 	{"rcv_steer_drop", func(c *Counters) *uint64 { return &c.RcvSteerDrop }},
 	{"tx_encode_err", func(c *Counters) *uint64 { return &c.TxEncodeErr }},
-	{"ack_coalesced", func(c *Counters) *uint64 { return &c.AckCoalesced }},
 	{"cq_overrun", func(c *Counters) *uint64 { return &c.CQOverrun }},
 	{"backing_err", func(c *Counters) *uint64 { return &c.BackingErr }},
 }
@@ -167,6 +164,7 @@ var qpCounterFields = []struct {
 	{"np_cnp_sent", func(c *qp.Counters) *uint64 { return &c.NPCNPSent }},
 	{"rp_cnp_handled", func(c *qp.Counters) *uint64 { return &c.RPCNPHandled }},
 	{"rp_cnp_ignored", func(c *qp.Counters) *uint64 { return &c.RPCNPIgnored }},
+	{"ack_coalesced", func(c *qp.Counters) *uint64 { return &c.AckCoalesced }},
 	{"dropped_pkts", func(c *qp.Counters) *uint64 { return &c.DroppedPkts }},
 }
 

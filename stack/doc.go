@@ -47,20 +47,28 @@
 // client's own memory, through /proc/PID/mem) has no buffer: the engine
 // reads one packet's bytes at a time from its Backing into a bounce
 // buffer of its own, and writes back what the QP wrote there before it
-// pushes a completion, transmits, or lets go of the QP, inside the
-// batch (backing.go).
+// pushes a completion or transmits, and at the latest right after it
+// lets go of the QP, inside the batch (backing.go).
 //
 // # The engine's own transmit policy
 //
-// A plain ACK replaces the same QP's previous ACK while that is still the
-// QP's latest frame in the transmit batch (the responder may coalesce
-// ACKs; small requests then cost one ACK per batch, not one each). The
-// responses to a receive batch go out every 16 frames or 16 KiB rather
-// than when the whole batch is done: a requester whose send window
+// The QPs coalesce their ACKs (qp.Caps.BatchAcks): the ACK a QP owes
+// last waits in the QP, a later one replacing it, until the engine
+// pumps the QP after the receive batch; small requests then cost one
+// ACK per batch, not one each. The responses to a receive batch go out
+// every 16 frames or 16 KiB (the engine asks the QP being served for
+// them, SendResponses) rather than when the whole batch is done: a
+// requester whose send window
 // waits for them (Config.SendWindow, qp.Caps.SendWindow) keeps sending
 // while the rest of the batch is processed, and the two ends work at the
 // same time instead of taking turns. For the same reason an idle engine
 // goes on polling its link for 50 µs before it sleeps.
+//
+// No frame goes to the link while the engine holds a QP's lock, so a
+// verbs call on the QP never waits for a system call: a full transmit
+// batch refuses packets, which the QP keeps (it stays busy), and the
+// engine transmits the batch once it has let go of the QP, then pumps
+// that QP again.
 //
 // Each engine lends its RC QPs up to 256 frame buffers (allocated when
 // first needed) to keep the requests that arrive after a lost one

@@ -43,8 +43,7 @@ type engine struct {
 	tx       [][]byte // frames ready to transmit: tx[i] is txBufs[i][:len]
 	txBufs   [][]byte
 	txN      int
-	txFull   bool   // the link refused frames: wait for Poll
-	txGen    uint64 // changes whenever the batch is flushed
+	txFull   bool // the link refused frames: wait for Poll
 	frameMax int
 	cur      *QP   // the QP whose lock is held
 	spare    []*QP // swapped with kicked
@@ -67,13 +66,13 @@ type engine struct {
 type engineCounters struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       uint64
-	rcvSteered, rcvSteerDrop, ackCoalesced, backingErr                       uint64
+	rcvSteered, rcvSteerDrop, backingErr                                     uint64
 }
 
 type engineCountersAtomic struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported atomic.Uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       atomic.Uint64
-	rcvSteered, rcvSteerDrop, ackCoalesced, backingErr                       atomic.Uint64
+	rcvSteered, rcvSteerDrop, backingErr                                     atomic.Uint64
 }
 
 func (p *engineCountersAtomic) publish(c *engineCounters) {
@@ -89,7 +88,6 @@ func (p *engineCountersAtomic) publish(c *engineCounters) {
 	p.txEncodeErr.Store(c.txEncodeErr)
 	p.rcvSteered.Store(c.rcvSteered)
 	p.rcvSteerDrop.Store(c.rcvSteerDrop)
-	p.ackCoalesced.Store(c.ackCoalesced)
 	p.backingErr.Store(c.backingErr)
 }
 
@@ -265,6 +263,7 @@ func (e *engine) step() bool {
 		frames := e.in.take()
 		for _, f := range frames {
 			e.input(f, now)
+			e.flushIfFull()
 		}
 		e.releaseCur()
 		e.in.recycle(frames)
@@ -275,13 +274,20 @@ func (e *engine) step() bool {
 		frames, bytes := 0, 0
 		for i, f := range e.rx[:n] {
 			e.input(f, now)
+			e.flushIfFull()
 			frames++
 			bytes += len(f)
-			if (frames >= respFlushFrames || bytes >= respFlushBytes) && i+1 < n && e.txN > 0 && !e.txFull {
+			if (frames >= respFlushFrames || bytes >= respFlushBytes) && i+1 < n && !e.txFull {
 				// ACKs go out while the rest of the batch is processed:
 				// a requester waiting for them to open its send window
 				// works meanwhile, instead of the two taking turns.
-				e.flush()
+				if q := e.cur; q != nil && !q.destroyed {
+					q.q.SendResponses()
+				}
+				e.releaseCur()
+				if e.txN > 0 {
+					e.flush()
+				}
 				frames, bytes = 0, 0
 			}
 		}
@@ -320,11 +326,18 @@ func (e *engine) step() bool {
 				k += copy(e.active[k:], e.active[i:])
 				break
 			}
-			e.acquire(q)
-			if !q.destroyed && !e.paused(q) { // a paused QP stays busy: it waits
-				q.q.Pump(now)
+			// A QP that fills the batch is pumped again once the batch
+			// is out, as long as the link takes it.
+			for {
+				e.acquire(q)
+				if !q.destroyed && !e.paused(q) { // a paused QP stays busy: it waits
+					q.q.Pump(now)
+				}
+				e.releaseCur()
+				if !q.busy || e.txN < len(e.txBufs) || !e.flush() {
+					break
+				}
 			}
-			e.releaseCur()
 			if q.busy {
 				e.active[k] = q
 				k++
@@ -379,7 +392,6 @@ func (e *engine) releaseCur() {
 	if q == nil {
 		return
 	}
-	e.writeBack()
 	e.cur = nil
 	q.inEngine = false
 	var d Time
@@ -389,6 +401,7 @@ func (e *engine) releaseCur() {
 		busy = q.q.Busy()
 	}
 	q.unlock()
+	e.writeBack()
 	switch {
 	case armed && q.heapIdx < 0:
 		q.deadline = d
@@ -458,6 +471,7 @@ func (e *engine) input(f []byte, now Time) {
 			return
 		}
 		if q.eng.sleeping.Load() {
+			e.releaseCur() // no system call with a QP's lock held
 			q.eng.link.Wake()
 		}
 		return
@@ -503,27 +517,16 @@ func (d *Device) ours(p *bth.Packet) bool {
 }
 
 // send encodes one packet of q into the transmit batch (qp.Output of
-// the engine's QPs).
-//
-// A plain ACK replaces the QP's previous one when that is still the
-// QP's latest frame in the batch: the later ACK acknowledges everything
-// the earlier one did (IBTA 9.7.5.1.1 lets a responder coalesce ACKs),
-// and a batch of small requests then costs one ACK, not one per request.
+// the engine's QPs). A full batch refuses the packet, which the QP keeps
+// (it stays busy): the engine transmits the batch once it has let go of
+// the QP's lock (flushIfFull, the Pump loop), so that no system call
+// is made with a QP's lock held. ACKs are coalesced by the QPs
+// themselves (qp.Caps.BatchAcks).
 func (e *engine) send(q *QP, h *bth.Headers, payload []byte) bool {
 	if e.paused(q) {
 		return false // sent again when the pause ends
 	}
-	ack := h.BTH.Opcode == bth.OpAck && h.Syndrome.Kind() == bth.AckKindACK
-	if ack && q.txGen == e.txGen && q.txAck {
-		slot := q.txSlot
-		buf := e.txBufs[slot]
-		if n, err := bth.Encode(buf, h, payload); err == nil {
-			e.tx[slot] = buf[:n]
-			e.c.ackCoalesced++
-			return true
-		}
-	}
-	if e.txN == len(e.txBufs) && !e.flush() {
+	if e.txN == len(e.txBufs) {
 		return false
 	}
 	buf := e.txBufs[e.txN]
@@ -533,15 +536,22 @@ func (e *engine) send(q *QP, h *bth.Headers, payload []byte) bool {
 		return true // a packet that cannot be built is dropped, not retried
 	}
 	e.tx[e.txN] = buf[:n]
-	q.txGen, q.txSlot, q.txAck = e.txGen, e.txN, ack
 	e.txN++
 	return true
+}
+
+// flushIfFull transmits a full batch, after letting go of the current
+// QP, whose packets the full batch refused.
+func (e *engine) flushIfFull() {
+	if e.txN == len(e.txBufs) && !e.txFull {
+		e.releaseCur()
+		e.flush()
+	}
 }
 
 // flush transmits the batch and reports whether the link took all of it.
 func (e *engine) flush() bool {
 	e.writeBack() // what the frames acknowledge is in place first
-	e.txGen++     // frames move: no coalescing into them any more
 	sent := e.link.Transmit(e.tx[:e.txN])
 	e.c.sentPkts += uint64(sent)
 	rem := e.txN - sent

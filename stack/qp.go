@@ -276,13 +276,10 @@ type QP struct {
 	mem       qpMemory
 
 	// Owned by the engine goroutine.
-	heapIdx  int    // index in the timer heap, -1 when not armed
-	deadline Time   // armed deadline
-	active   bool   // in the engine's list of QPs to pump
-	busy     bool   // had packets to send when last released
-	txGen    uint64 // engine batch of the QP's latest frame ...
-	txSlot   int    // ... its index there ...
-	txAck    bool   // ... and whether it is a plain ACK
+	heapIdx  int  // index in the timer heap, -1 when not armed
+	deadline Time // armed deadline
+	active   bool // in the engine's list of QPs to pump
+	busy     bool // had packets to send when last released
 
 	kicked bool // guarded by eng.kickMu
 }
@@ -345,6 +342,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		SendWindow:     d.cfg.SendWindow,
 		CNP:            d.cfg.Marking.cnp(d.cfg.DCQCN),
 		LineRate:       d.linkBps,
+		BatchAcks:      true, // the engine pumps its busy QPs after every batch
 	}
 	if !d.cfg.NoDCQCN {
 		caps.DCQCN = d.cfg.DCQCN
