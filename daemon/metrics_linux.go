@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
@@ -77,7 +76,7 @@ func newStatCollector(s *Server) *statCollector {
 		c.device[name] = add(prometheus.NewDesc("uroce_device_"+name+"_total",
 			"Device counter "+name+" (as rdma statistic shows it).", []string{"device", "netdev"}, nil))
 	})
-	stack.EachQPCounter(&qp.Counters{}, func(name string, _ uint64) {
+	stack.EachQPCounter(&stack.QPCounters{}, func(name string, _ uint64) {
 		c.qp[name] = add(prometheus.NewDesc("uroce_qp_"+name+"_total",
 			"QP counter "+name+" (as rdma statistic show qp shows it).", qpLabels, nil))
 	})

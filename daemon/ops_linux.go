@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/proto"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -513,7 +512,7 @@ func qpAttrFrom(a *proto.QPAttr, mask uint32) stack.QPAttr {
 		PKeyIndex: a.PKeyIndex, Port: a.Port, QKey: a.QKey, PathMTU: stack.MTU(a.PathMTU), Timeout: a.Timeout,
 		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: stack.PSN(a.RQPSN & 0xffffff), SQPSN: stack.PSN(a.SQPSN & 0xffffff),
 		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN}
-	if mask&uint32(qp.AttrAV) != 0 {
+	if mask&uint32(stack.AttrAV) != 0 {
 		s.AH = ahAttrFrom(&a.AH)
 	}
 	return s

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/proto"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
@@ -52,7 +51,7 @@ func (s *Server) Stats(qpn uint32) proto.Stat {
 	return st
 }
 
-func qpCounters(c *qp.Counters) map[string]uint64 {
+func qpCounters(c *stack.QPCounters) map[string]uint64 {
 	m := map[string]uint64{}
 	stack.EachQPCounter(c, func(name string, v uint64) { m[name] = v })
 	return m

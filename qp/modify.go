@@ -133,31 +133,31 @@ func init() {
 func (q *QP) checkModify(a *Attr, mask AttrMask) (State, error) {
 	cur := q.state
 	if mask&^allAttrs != 0 {
-		return cur, fmt.Errorf("modify qp: unsupported attribute bits %s: %w", mask&^allAttrs, ErrInvalidAttr)
+		return cur, fmt.Errorf("modify qp %#x: unsupported attribute bits %s: %w", q.qpn, mask&^allAttrs, ErrInvalidAttr)
 	}
 	next := cur
 	if mask&AttrState != 0 {
 		if a.State > StateErr {
-			return cur, fmt.Errorf("modify qp: state %d: %w", a.State, ErrInvalidAttr)
+			return cur, fmt.Errorf("modify qp %#x: state %d: %w", q.qpn, a.State, ErrInvalidAttr)
 		}
 		next = a.State
 	}
 	t := &transitions[cur][next]
 	if !t.valid {
-		return cur, fmt.Errorf("modify qp %s: %s to %s: %w", q.typ, cur, next, ErrInvalidState)
+		return cur, fmt.Errorf("modify qp %#x: %s %s to %s: %w", q.qpn, q.typ, cur, next, ErrInvalidState)
 	}
 	if mask&AttrCurState != 0 && a.CurState != cur {
-		return cur, fmt.Errorf("modify qp: CUR_STATE %s but the qp is %s: %w", a.CurState, cur, ErrInvalidAttr)
+		return cur, fmt.Errorf("modify qp %#x: CUR_STATE %s but the qp is %s: %w", q.qpn, a.CurState, cur, ErrInvalidAttr)
 	}
 	req, opt := t.req[q.typ], t.opt[q.typ]
 	if missing := req &^ mask; missing != 0 {
-		return cur, fmt.Errorf("modify qp %s %s to %s: missing %s: %w", q.typ, cur, next, missing, ErrInvalidAttr)
+		return cur, fmt.Errorf("modify qp %#x: %s %s to %s: missing %s: %w", q.qpn, q.typ, cur, next, missing, ErrInvalidAttr)
 	}
 	if extra := mask &^ (req | opt | AttrState); extra != 0 {
-		return cur, fmt.Errorf("modify qp %s %s to %s: %s not allowed: %w", q.typ, cur, next, extra, ErrInvalidAttr)
+		return cur, fmt.Errorf("modify qp %#x: %s %s to %s: %s not allowed: %w", q.qpn, q.typ, cur, next, extra, ErrInvalidAttr)
 	}
 	bad := func(what string, v any) error {
-		return fmt.Errorf("modify qp: %s %v: %w", what, v, ErrInvalidAttr)
+		return fmt.Errorf("modify qp %#x: %s %v: %w", q.qpn, what, v, ErrInvalidAttr)
 	}
 	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessFlushGlobal|AccessFlushPersistent) != 0 {
 		return cur, bad("ACCESS_FLAGS", a.AccessFlags)

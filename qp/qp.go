@@ -299,16 +299,16 @@ func (q *QP) takeRecv() bool {
 // once with WCWRFlushErr.
 func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.state == StateReset {
-		return fmt.Errorf("post recv: qp in %s: %w", q.state, ErrInvalidState)
+		return fmt.Errorf("post recv: qp %#x in %s: %w", q.qpn, q.state, ErrInvalidState)
 	}
 	if q.srq != nil {
-		return fmt.Errorf("post recv: qp uses an srq: %w", ErrInvalidWR)
+		return fmt.Errorf("post recv: qp %#x uses an srq: %w", q.qpn, ErrInvalidWR)
 	}
 	if q.caps.MaxRecvWR == 0 {
-		return fmt.Errorf("post recv: max_recv_wr is 0: %w", ErrQueueFull)
+		return fmt.Errorf("post recv: qp %#x: max_recv_wr is 0: %w", q.qpn, ErrQueueFull)
 	}
 	if err := q.rq.post(wr); err != nil {
-		return err
+		return fmt.Errorf("post recv: qp %#x: %w", q.qpn, err)
 	}
 	if q.state == StateErr {
 		q.flushRecv()

@@ -196,10 +196,10 @@ func (r *recvQueue) clear() { r.head, r.tail = 0, 0 }
 
 func (r *recvQueue) post(wr *RecvWR) error {
 	if len(wr.SG) > r.maxSGE {
-		return fmt.Errorf("post recv: %d sges, max %d: %w", len(wr.SG), r.maxSGE, ErrTooManySGE)
+		return fmt.Errorf("%d sges, max %d: %w", len(wr.SG), r.maxSGE, ErrTooManySGE)
 	}
 	if r.tail-r.head >= uint64(len(r.slots)) {
-		return fmt.Errorf("post recv: %w", ErrQueueFull)
+		return ErrQueueFull
 	}
 	i := int(r.tail % uint64(len(r.slots)))
 	sg := r.sges[i*r.maxSGE : i*r.maxSGE+len(wr.SG)]
@@ -249,7 +249,12 @@ func NewSRQ(maxWR, maxSGE int) *SRQ {
 }
 
 // PostRecv queues a receive work request.
-func (s *SRQ) PostRecv(wr *RecvWR) error { return s.q.post(wr) }
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if err := s.q.post(wr); err != nil {
+		return fmt.Errorf("post srq recv: %w", err)
+	}
+	return nil
+}
 
 // SetLimit arms the SRQ limit (srq_limit): when the number of posted
 // receives drops below limit, LimitReached reports it once. Zero disarms.

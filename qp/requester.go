@@ -170,16 +170,16 @@ func opAllowed(t Type, o WROpcode) bool {
 func (q *QP) PostSend(now Time, wr *SendWR) error {
 	switch q.state {
 	case StateReset, StateInit, StateRTR:
-		return fmt.Errorf("post send: qp in %s: %w", q.state, ErrInvalidState)
+		return fmt.Errorf("post send: qp %#x in %s: %w", q.qpn, q.state, ErrInvalidState)
 	}
 	if !opAllowed(q.typ, wr.Opcode) {
-		return fmt.Errorf("post send: %s on a %s qp: %w", wr.Opcode, q.typ, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: %s on a %s qp: %w", q.qpn, wr.Opcode, q.typ, ErrInvalidWR)
 	}
 	if len(wr.SG) > q.sq.maxSGE {
-		return fmt.Errorf("post send: %d sges, max %d: %w", len(wr.SG), q.sq.maxSGE, ErrTooManySGE)
+		return fmt.Errorf("post send: qp %#x: %d sges, max %d: %w", q.qpn, len(wr.SG), q.sq.maxSGE, ErrTooManySGE)
 	}
 	if q.caps.MaxSendWR == 0 || q.sq.full() {
-		return fmt.Errorf("post send: %w", ErrQueueFull)
+		return fmt.Errorf("post send: qp %#x: %w", q.qpn, ErrQueueFull)
 	}
 	inline := wr.Flags&SendInline != 0 && (!isRdAtomic(wr.Opcode) || wr.Opcode == WRAtomicWrite)
 	var n uint64
@@ -191,26 +191,26 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 		}
 	}
 	if n > maxMessage {
-		return fmt.Errorf("post send: length %d exceeds %d: %w", n, maxMessage, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: length %d exceeds %d: %w", q.qpn, n, maxMessage, ErrInvalidWR)
 	}
 	if inline && n > uint64(q.sq.maxInline) && wr.Opcode != WRAtomicWrite {
-		return fmt.Errorf("post send: inline length %d exceeds %d: %w", n, q.sq.maxInline, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: inline length %d exceeds %d: %w", q.qpn, n, q.sq.maxInline, ErrInvalidWR)
 	}
 	if (wr.Opcode == WRCompareSwap || wr.Opcode == WRFetchAdd) && n != 8 {
-		return fmt.Errorf("post send: atomic needs one 8-byte local buffer, got %d bytes: %w", n, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: atomic needs one 8-byte local buffer, got %d bytes: %w", q.qpn, n, ErrInvalidWR)
 	}
 	if wr.Opcode == WRAtomicWrite && n != 8 {
-		return fmt.Errorf("post send: atomic write needs 8 bytes of data, got %d: %w", n, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: atomic write needs 8 bytes of data, got %d: %w", q.qpn, n, ErrInvalidWR)
 	}
 	if wr.Opcode == WRFlush && (n != 0 || wr.FlushType&^(FlushGlobal|FlushPersistent) != 0 || wr.FlushType == 0 || wr.FlushLevel > FlushMR) {
 		return fmt.Errorf("post send: flush of type %d, level %d, with %d bytes of data: %w",
 			wr.FlushType, wr.FlushLevel, n, ErrInvalidWR)
 	}
 	if q.typ == UD && wr.AH == nil {
-		return fmt.Errorf("post send: ud request without an address handle: %w", ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: ud request without an address handle: %w", q.qpn, ErrInvalidWR)
 	}
 	if q.typ == UD && wr.RemoteQPN > bth.PSNMask {
-		return fmt.Errorf("post send: remote qpn %#x: %w", wr.RemoteQPN, ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: remote qpn %#x: %w", q.qpn, wr.RemoteQPN, ErrInvalidWR)
 	}
 	q.sq.push(wr, uint32(n), inline, q.mem)
 	if q.state == StateErr || q.state == StateSQE {

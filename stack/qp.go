@@ -44,6 +44,9 @@ type (
 	FlushLevel = qp.FlushLevel
 	// PSN is a 24-bit packet sequence number.
 	PSN = bth.PSN
+	// QPCounters are a QP's protocol counters (QP.Counters, and their
+	// sums in Counters.QP), named by EachQPCounter.
+	QPCounters = qp.Counters
 )
 
 // QP types, states, MTUs, operations, flags and statuses re-exported from
@@ -362,7 +365,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	if err != nil {
 		d.qps.remove(q)
 		q.dropUses()
-		return nil, fmt.Errorf("create qp: %w", err)
+		return nil, err
 	}
 	q.mu.Lock()
 	q.q = t
@@ -491,9 +494,6 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	err := q.check("modify qp")
 	if err == nil {
 		err = q.q.Modify(q.dev.clock.Now(), &a, mask)
-		if err != nil {
-			err = fmt.Errorf("modify qp %#x: %w", q.qpn, err)
-		}
 	}
 	if err == nil && mask&qp.AttrAV != 0 {
 		q.ah = attr.AH
@@ -626,7 +626,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	err := q.postSendLocked(wr)
 	q.unlock()
 	if err != nil {
-		return fmt.Errorf("post send: qp %#x: %w", q.qpn, err)
+		return err
 	}
 	q.kick()
 	return nil
@@ -650,7 +650,7 @@ func (q *QP) PostSendBatch(wrs []SendWR) (int, error) {
 		q.kick()
 	}
 	if err != nil {
-		return n, fmt.Errorf("post send: qp %#x: wr %d: %w", q.qpn, n, err)
+		return n, fmt.Errorf("wr %d: %w", n, err)
 	}
 	return n, nil
 }
@@ -670,11 +670,11 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	}
 	if wr.AH != nil {
 		if wr.AH.pd != q.pd {
-			return fmt.Errorf("address handle of another pd: %w", ErrInvalidWR)
+			return fmt.Errorf("post send: qp %#x: address handle of another pd: %w", q.qpn, ErrInvalidWR)
 		}
 		s.AH = &wr.AH.av
 	} else if q.init.Type == UD {
-		return fmt.Errorf("ud work request without address handle: %w", ErrInvalidWR)
+		return fmt.Errorf("post send: qp %#x: ud work request without address handle: %w", q.qpn, ErrInvalidWR)
 	}
 	return q.q.PostSend(q.dev.clock.Now(), s)
 }
@@ -691,10 +691,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		err = q.q.PostRecv(wr)
 	}
 	q.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("post recv: qp %#x: %w", q.qpn, err)
-	}
-	return nil
+	return err
 }
 
 // PostRecvBatch posts wrs in order under one lock and returns how many
@@ -713,13 +710,13 @@ func (q *QP) PostRecvBatch(wrs []RecvWR) (int, error) {
 	}
 	q.mu.Unlock()
 	if err != nil {
-		return n, fmt.Errorf("post recv: qp %#x: wr %d: %w", q.qpn, n, err)
+		return n, fmt.Errorf("wr %d: %w", n, err)
 	}
 	return n, nil
 }
 
 // Counters returns the QP's protocol counters.
-func (q *QP) Counters() qp.Counters {
+func (q *QP) Counters() QPCounters {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ctr

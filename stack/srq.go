@@ -52,10 +52,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	s.mu.Lock()
 	err := s.q.PostRecv(wr)
 	s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("post srq recv: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Len returns the number of receives posted and not yet consumed.

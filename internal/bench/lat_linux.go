@@ -12,7 +12,6 @@ import (
 	"unsafe"
 
 	"github.com/uroce/uroce/internal/netns"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -171,7 +170,7 @@ func (s *latSide) write(ctx context.Context, i int) error {
 	}
 	for spins := 0; ; spins++ {
 		if s.cq.Poll(s.wcs[:1]) == 1 {
-			if s.wcs[0].Status != qp.WCSuccess {
+			if s.wcs[0].Status != stack.WCSuccess {
 				return fmt.Errorf("write %d: %v", i, s.wcs[0].Status)
 			}
 			return nil

@@ -11,7 +11,6 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/netns"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/xdp"
 )
@@ -294,7 +293,7 @@ func roceOp(ctx context.Context, pair *netns.Pair, o *LinkOptions, op stack.Opco
 			}
 			n := cqA.Poll(wcs)
 			for _, wc := range wcs[:n] {
-				if wc.Status != qp.WCSuccess {
+				if wc.Status != stack.WCSuccess {
 					failed = fmt.Errorf("write %d: %v", wc.ID, wc.Status)
 				}
 				done++

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -137,7 +136,7 @@ func (st *rcStream) post(i int) error {
 // completed checks message i once A has its completion.
 func (st *rcStream) completed(i int, wc *stack.WC) error {
 	s := st.s
-	if wc.Status != qp.WCSuccess {
+	if wc.Status != stack.WCSuccess {
 		return fmt.Errorf("message %d completed with status %v (vendor error %#x)", i, wc.Status, wc.VendErr)
 	}
 	if wc.ID != uint64(i) {
@@ -174,15 +173,15 @@ func (st *rcStream) completed(i int, wc *stack.WC) error {
 func (st *rcStream) received(i int, wc *stack.WC) error {
 	s := st.s
 	switch {
-	case wc.Status != qp.WCSuccess:
+	case wc.Status != stack.WCSuccess:
 		return fmt.Errorf("receive %d completed with status %v", i, wc.Status)
 	case wc.ID != uint64(i):
 		return fmt.Errorf("receive %d completed while %d was expected", wc.ID, i)
 	case int(wc.ByteLen) != st.size:
 		return fmt.Errorf("receive %d: %d bytes, want %d: %w", i, wc.ByteLen, st.size, ErrData)
-	case st.op == RCWriteImm && (wc.Opcode != qp.WCRecvRDMAImm || wc.Flags&qp.WCWithImm == 0 || wc.Imm != uint32(i)):
+	case st.op == RCWriteImm && (wc.Opcode != stack.WCRecvRDMAImm || wc.Flags&stack.WCWithImm == 0 || wc.Imm != uint32(i)):
 		return fmt.Errorf("receive %d: opcode %d, immediate %d (flags %#x): %w", i, wc.Opcode, wc.Imm, wc.Flags, ErrData)
-	case st.op == RCSend && wc.Opcode != qp.WCRecv:
+	case st.op == RCSend && wc.Opcode != stack.WCRecv:
 		return fmt.Errorf("receive %d: opcode %d, want RECV", i, wc.Opcode)
 	}
 	if testTamper != nil {
@@ -273,7 +272,7 @@ func (s *session) waitSends(ctx context.Context, first, n int) error {
 		k := s.a.scq.Poll(s.wc[:min(len(s.wc), n-got)])
 		for j := 0; j < k; j++ {
 			wc := &s.wc[j]
-			if wc.Status != qp.WCSuccess || wc.ID != uint64(first+got) {
+			if wc.Status != stack.WCSuccess || wc.ID != uint64(first+got) {
 				return fmt.Errorf("message %d: completion %d with status %v", first+got, wc.ID, wc.Status)
 			}
 			got++
@@ -399,13 +398,13 @@ func (s *session) runUD(ctx context.Context) (OpResult, error) {
 			for j := 0; j < k; j++ {
 				wc := &s.wc[j]
 				slot := int(wc.ID)
-				if wc.Status != qp.WCSuccess {
+				if wc.Status != stack.WCSuccess {
 					return r, fmt.Errorf("receive in slot %d completed with status %v", slot, wc.Status)
 				}
 				i := int(wc.Imm)
 				off := s.slot(slot) + grh
 				switch {
-				case wc.Flags&qp.WCWithImm == 0 || i < base || i >= base+m:
+				case wc.Flags&stack.WCWithImm == 0 || i < base || i >= base+m:
 					r.Extra++ // a late duplicate of an earlier round
 				case int(wc.ByteLen) != size+grh || wc.SrcQP != qa.QPN() ||
 					!bytes.Equal(s.b.buf[off:off+size], s.pattern(i, size)):

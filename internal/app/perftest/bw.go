@@ -6,7 +6,6 @@ import (
 	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -114,7 +113,7 @@ func (s *session) runBWServer(size uint64) (pt.Report, error) {
 			if i >= nq {
 				return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
 			}
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				return pt.Report{}, s.recvFailed(wc, rcnt[i])
 			}
 			rcnt[i]++
@@ -252,7 +251,7 @@ func (s *session) runBi(size uint64) (pt.Report, error) {
 				if i >= nq {
 					return pt.Report{}, fmt.Errorf("completion for unknown wr_id %d", wc.ID)
 				}
-				if wc.Status != qp.WCSuccess {
+				if wc.Status != stack.WCSuccess {
 					return pt.Report{}, s.recvFailed(wc, totR)
 				}
 				if !sending {
@@ -350,7 +349,7 @@ func (s *session) postBW(c *bwCursor, i int, q verbs.QP, size uint64, last bool)
 // checkSendWC checks a bandwidth client's send completion: a success,
 // naming one of its nq QPs (wr_id is the QP's index).
 func (s *session) checkSendWC(wc *verbs.WC, nq int, totS, totC uint64) error {
-	if wc.Status != qp.WCSuccess {
+	if wc.Status != stack.WCSuccess {
 		return s.sendFailed(wc, totS, totC)
 	}
 	if int(wc.ID) >= nq {

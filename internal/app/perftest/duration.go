@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pt "github.com/uroce/uroce/internal/oob/perftest"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -188,7 +187,7 @@ func (s *session) runLatSendDuration(size uint64) (pt.LatDurStats, error) {
 				clock, started = s.newClock(now), true
 				ctx, cancel = s.until(&clock)
 			}
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				return pt.LatDurStats{}, s.recvFailed(&wc, rcnt)
 			}
 			rcnt++
@@ -233,7 +232,7 @@ func (s *session) sendDone(ctx context.Context, scnt, ccnt uint64) (past bool, e
 	if err != nil {
 		return false, err
 	}
-	if wc.Status != qp.WCSuccess {
+	if wc.Status != stack.WCSuccess {
 		return false, s.sendFailed(&wc, scnt, ccnt)
 	}
 	return false, nil

@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/uroce/uroce/internal/spin"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -152,9 +151,9 @@ func (s *session) runLatWrite(size uint64) ([]int64, error) {
 			if err != nil {
 				return nil, err
 			}
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				err := s.sendFailed(&wc, scnt, ccnt)
-				if wc.Status == qp.WCRetryExcErr && rcnt >= iters && ccnt == iters-1 {
+				if wc.Status == stack.WCRetryExcErr && rcnt >= iters && ccnt == iters-1 {
 					// The peer's last WRITE arrived: it is done and
 					// may have left without our last WRITE's ACK
 					// reaching us, as the stock tools do.
@@ -190,7 +189,7 @@ func (s *session) runLatRead(size uint64) ([]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		if wc.Status != qp.WCSuccess {
+		if wc.Status != stack.WCSuccess {
 			return nil, s.sendFailed(&wc, scnt, scnt)
 		}
 	}
@@ -214,7 +213,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 			if err != nil {
 				return nil, err
 			}
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				return nil, s.recvFailed(&wc, rcnt)
 			}
 			rcnt++
@@ -240,7 +239,7 @@ func (s *session) runLatSend(size uint64) ([]int64, error) {
 				if err != nil {
 					return nil, err
 				}
-				if wc.Status != qp.WCSuccess {
+				if wc.Status != stack.WCSuccess {
 					return nil, s.sendFailed(&wc, scnt, scnt)
 				}
 			}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	pp "github.com/uroce/uroce/internal/oob/pingpong"
-	"github.com/uroce/uroce/qp"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -459,7 +458,7 @@ func (s *session) connect(remote []pp.Dest) error {
 func (s *session) failed(wc *verbs.WC, rcnt int) error {
 	fmt.Fprintf(s.cfg.Stderr, "Failed status %s (%d) for wr_id %d\n", wc.Status, int(wc.Status), int(wc.ID))
 	err := fmt.Errorf("%w: %s (%d) for wr_id %d", ErrStatus, wc.Status, int(wc.Status), int(wc.ID))
-	if wc.ID == sendWRID && wc.Status == qp.WCRetryExcErr && rcnt >= s.cfg.Iters {
+	if wc.ID == sendWRID && wc.Status == stack.WCRetryExcErr && rcnt >= s.cfg.Iters {
 		// Every message of the peer arrived: the peer is done and,
 		// like the stock tools, left without waiting for our last
 		// message's ACK to reach us.
@@ -533,7 +532,7 @@ func (s *session) loop(ctx context.Context, res *Result) error {
 		}
 		for i := 0; i < n; i++ {
 			wc := &wcs[i]
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				return s.failed(wc, rcnt)
 			}
 			switch wc.ID {
@@ -598,7 +597,7 @@ func (s *session) loopSRQ(ctx context.Context, res *Result) error {
 		}
 		for i := 0; i < n; i++ {
 			wc := &wcs[i]
-			if wc.Status != qp.WCSuccess {
+			if wc.Status != stack.WCSuccess {
 				return s.failed(wc, rcnt)
 			}
 			qi, ok := index[wc.QPN]
