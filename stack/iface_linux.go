@@ -50,9 +50,9 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 		}
 		return nil, fmt.Errorf("look up interface: %w", err)
 	}
-	if li.arpType != unix.ARPHRD_ETHER || len(li.mac) != 6 {
-		return nil, fmt.Errorf("%s is not an Ethernet interface (link type %d), and RoCEv2 runs over Ethernet: %w",
-			name, li.arpType, ErrUnsupported)
+	if li.encap != "ether" || len(li.mac) != 6 {
+		return nil, fmt.Errorf("%s is not an Ethernet interface (link type %s), and RoCEv2 runs over Ethernet: %w",
+			name, li.encap, ErrUnsupported)
 	}
 	if li.flags&unix.IFF_UP == 0 {
 		return nil, fmt.Errorf("%s is down (bring it up with 'ip link set %s up'): %w", name, name, ErrInvalidArg)

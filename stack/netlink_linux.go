@@ -1,239 +1,81 @@
 package stack
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// rtnl is a small route-netlink (NETLINK_ROUTE) client. Its socket
-// belongs to the network namespace of the thread that created it, and
-// keeps talking to that namespace from any goroutine afterwards. Its
-// methods are safe for concurrent use; requests are serialised.
+// rtnl is the route-netlink (NETLINK_ROUTE) client of one interface: a
+// github.com/vishvananda/netlink handle whose socket belongs to the
+// network namespace of the thread that created it, and keeps talking to
+// that namespace from any goroutine afterwards. Its methods are safe for
+// concurrent use; the handle serialises requests on its socket.
 type rtnl struct {
-	mu     sync.Mutex
-	fd     int
-	seq    uint32
-	rbuf   []byte
+	mu     sync.RWMutex // write-held by Close; read-held by requests
+	h      *netlink.Handle
 	closed bool
 }
 
 // rtnlTimeout bounds the wait for the kernel's answer to one request.
 const rtnlTimeout = 5 * time.Second
 
-var nlOrder = binary.NativeEndian
-
 // newRTNL opens a route-netlink socket in the calling thread's network
 // namespace.
 func newRTNL() (*rtnl, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink socket: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("bind netlink socket: %w", err)
+	if err := h.SetSocketTimeout(rtnlTimeout); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("set netlink timeout: %w", err)
 	}
-	tv := unix.NsecToTimeval(int64(rtnlTimeout))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("set netlink receive timeout: %w", err)
-	}
-	// Error messages from the kernel (extended ACKs) make better errors;
-	// kernels without them ignore the option.
-	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
-	return &rtnl{fd: fd, seq: uint32(time.Now().UnixNano()), rbuf: make([]byte, 1<<16)}, nil
+	return &rtnl{h: h}, nil
 }
 
 // Close closes the socket.
 func (r *rtnl) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	if err := unix.Close(r.fd); err != nil {
-		return fmt.Errorf("close netlink socket: %w", err)
+	if !r.closed {
+		r.closed = true
+		r.h.Close()
 	}
 	return nil
 }
 
-// errNetlinkClosed reports a request on a closed client.
+// errNetlinkClosed reports a request on a closed client. (A closed
+// handle would open a new socket per request, in the namespace of
+// whichever thread asks: never the one meant.)
 var errNetlinkClosed = errors.New("netlink socket closed")
 
-// request sends one request of type typ with header body (ifinfomsg,
-// ndmsg…) and attributes, and calls fn with the type and payload of every
-// message of the answer. It returns when the kernel acknowledges the
-// request or ends its dump, with the kernel's error if any.
-func (r *rtnl) request(typ, flags uint16, body []byte, attrs []nlAttr, fn func(typ uint16, payload []byte) error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// do runs one request fn on the handle, unless the client is closed.
+func (r *rtnl) do(fn func(h *netlink.Handle) error) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	if r.closed {
 		return errNetlinkClosed
 	}
-	r.seq++
-	seq := r.seq
-	msg := make([]byte, unix.SizeofNlMsghdr, 128)
-	msg = append(msg, body...)
-	msg = nlAlign(msg)
-	for _, a := range attrs {
-		msg = appendAttr(msg, a.typ, a.data)
-	}
-	nlOrder.PutUint32(msg[0:], uint32(len(msg)))
-	nlOrder.PutUint16(msg[4:], typ)
-	nlOrder.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
-	nlOrder.PutUint32(msg[8:], seq)
-	nlOrder.PutUint32(msg[12:], 0)
-	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("send netlink request: %w", err)
-	}
-	var ferr error
-	for {
-		n, _, err := unix.Recvfrom(r.fd, r.rbuf, 0)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if errors.Is(err, unix.EAGAIN) {
-				return fmt.Errorf("receive netlink answer: no answer within %v", rtnlTimeout)
-			}
-			return fmt.Errorf("receive netlink answer: %w", err)
-		}
-		b := r.rbuf[:n]
-		for len(b) >= unix.SizeofNlMsghdr {
-			l := int(nlOrder.Uint32(b[0:]))
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return errors.New("receive netlink answer: malformed message")
-			}
-			mtyp, mseq := nlOrder.Uint16(b[4:]), nlOrder.Uint32(b[8:])
-			payload := b[unix.SizeofNlMsghdr:l]
-			b = b[min(nlAlignLen(l), len(b)):]
-			if mseq != seq {
-				continue // the answer to an earlier, abandoned request
-			}
-			switch mtyp {
-			case unix.NLMSG_DONE:
-				if len(payload) >= 4 {
-					if e := int32(nlOrder.Uint32(payload)); e < 0 {
-						return unix.Errno(-e)
-					}
-				}
-				return ferr
-			case unix.NLMSG_ERROR:
-				if len(payload) < 4 {
-					return errors.New("receive netlink answer: short error message")
-				}
-				e := int32(nlOrder.Uint32(payload))
-				if e == 0 {
-					return ferr // the acknowledgement
-				}
-				return nlError(unix.Errno(-e), payload)
-			case unix.NLMSG_NOOP, unix.NLMSG_OVERRUN:
-				continue
-			}
-			if fn != nil && ferr == nil {
-				ferr = fn(mtyp, payload)
-			}
-		}
-	}
+	return answerErr(fn(r.h))
 }
 
-// nlError adds the kernel's extended-ACK message, if there is one, to
-// errno.
-func nlError(errno unix.Errno, payload []byte) error {
-	// struct nlmsgerr: error, then the request's header (and, without
-	// NLM_F_CAPPED, its payload), then attributes.
-	if len(payload) < 4+unix.SizeofNlMsghdr {
-		return errno
+// answerErr turns the library's errors into the client's: a dump the
+// kernel interrupted (the table changed meanwhile) is used as it is, as
+// the next look-up repeats it; a receive timeout says so.
+func answerErr(err error) error {
+	switch {
+	case err == nil, errors.Is(err, netlink.ErrDumpInterrupted):
+		return nil
+	case errors.Is(err, unix.EAGAIN):
+		return fmt.Errorf("receive netlink answer: no answer within %v", rtnlTimeout)
 	}
-	off := 4 + unix.SizeofNlMsghdr
-	if nlOrder.Uint16(payload[4+6:])&0x100 == 0 { // NLM_F_CAPPED
-		off = 4 + nlAlignLen(int(nlOrder.Uint32(payload[4:])))
-	}
-	if off > len(payload) {
-		return errno
-	}
-	var msg string
-	eachAttr(payload[off:], func(typ uint16, data []byte) {
-		if typ == unix.NLMSGERR_ATTR_MSG && len(data) > 1 {
-			msg = string(data[:len(data)-1])
-		}
-	})
-	if msg == "" {
-		return errno
-	}
-	return fmt.Errorf("%s: %w", msg, errno)
-}
-
-// nlAttr is an attribute to send.
-type nlAttr struct {
-	typ  uint16
-	data []byte
-}
-
-func nlAlignLen(n int) int { return (n + 3) &^ 3 }
-
-func nlAlign(b []byte) []byte {
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-func appendAttr(b []byte, typ uint16, data []byte) []byte {
-	var h [4]byte
-	nlOrder.PutUint16(h[0:], uint16(4+len(data)))
-	nlOrder.PutUint16(h[2:], typ)
-	b = append(b, h[:]...)
-	b = append(b, data...)
-	return nlAlign(b)
-}
-
-func u32Attr(typ uint16, v uint32) nlAttr {
-	b := make([]byte, 4)
-	nlOrder.PutUint32(b, v)
-	return nlAttr{typ, b}
-}
-
-func ipAttr(typ uint16, ip netip.Addr) nlAttr {
-	return nlAttr{typ, ip.AsSlice()}
-}
-
-// eachAttr calls fn with the type (flags masked off) and data of each
-// attribute in b, stopping at the first malformed one.
-func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
-	for len(b) >= 4 {
-		l := int(nlOrder.Uint16(b[0:]))
-		if l < 4 || l > len(b) {
-			return
-		}
-		fn(nlOrder.Uint16(b[2:])&0x3fff, b[4:l])
-		b = b[min(nlAlignLen(l), len(b)):]
-	}
-}
-
-// ipFromAttr converts an address attribute to an address.
-func ipFromAttr(data []byte) (netip.Addr, bool) {
-	switch len(data) {
-	case 4:
-		return netip.AddrFrom4([4]byte(data)), true
-	case 16:
-		return netip.AddrFrom16([16]byte(data)), true
-	}
-	return netip.Addr{}, false
-}
-
-func ipFamily(ip netip.Addr) uint8 {
-	if ip.Is4() {
-		return unix.AF_INET
-	}
-	return unix.AF_INET6
+	return err
 }
 
 // linkInfo is what uroce needs to know about a network interface.
@@ -241,48 +83,35 @@ type linkInfo struct {
 	name     string
 	index    int
 	flags    uint32 // IFF_*
-	arpType  uint16 // ARPHRD_*
+	encap    string // the link type, as ip-link names it: "ether", "loopback"…
 	mac      []byte
 	mtu      int
 	rxQueues int
 	xdpProg  uint32 // the ID of the XDP program attached, 0 for none
 }
 
-// link looks the interface up by name.
+// link looks the interface up by name. A missing interface is
+// unix.ENODEV.
 func (r *rtnl) link(name string) (linkInfo, error) {
-	body := make([]byte, unix.SizeofIfInfomsg)
 	li := linkInfo{name: name}
-	err := r.request(unix.RTM_GETLINK, 0, body,
-		[]nlAttr{{unix.IFLA_IFNAME, append([]byte(name), 0)}},
-		func(typ uint16, p []byte) error {
-			if typ != unix.RTM_NEWLINK || len(p) < unix.SizeofIfInfomsg {
-				return nil
-			}
-			li.arpType = nlOrder.Uint16(p[2:])
-			li.index = int(int32(nlOrder.Uint32(p[4:])))
-			li.flags = nlOrder.Uint32(p[8:])
-			eachAttr(p[unix.SizeofIfInfomsg:], func(typ uint16, d []byte) {
-				switch typ {
-				case unix.IFLA_ADDRESS:
-					li.mac = append([]byte(nil), d...)
-				case unix.IFLA_MTU:
-					if len(d) >= 4 {
-						li.mtu = int(nlOrder.Uint32(d))
-					}
-				case unix.IFLA_NUM_RX_QUEUES:
-					if len(d) >= 4 {
-						li.rxQueues = int(nlOrder.Uint32(d))
-					}
-				case unix.IFLA_XDP:
-					eachAttr(d, func(typ uint16, d []byte) {
-						if typ == unix.IFLA_XDP_PROG_ID && len(d) >= 4 {
-							li.xdpProg = nlOrder.Uint32(d)
-						}
-					})
-				}
-			})
-			return nil
-		})
+	err := r.do(func(h *netlink.Handle) error {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		a := l.Attrs()
+		li.index, li.flags, li.encap = a.Index, a.RawFlags, a.EncapType
+		li.mac = append([]byte(nil), a.HardwareAddr...)
+		li.mtu, li.rxQueues = a.MTU, a.NumRxQueues
+		if a.Xdp != nil {
+			li.xdpProg = a.Xdp.ProgId
+		}
+		return nil
+	})
+	var missing netlink.LinkNotFoundError
+	if errors.As(err, &missing) {
+		return li, unix.ENODEV
+	}
 	if err != nil {
 		return li, err
 	}
@@ -295,36 +124,20 @@ func (r *rtnl) link(name string) (linkInfo, error) {
 // addrs returns the addresses of interface index, in the kernel's
 // order, leaving out those whose duplicate-address detection failed.
 func (r *rtnl) addrs(index int) ([]netip.Addr, error) {
-	body := make([]byte, unix.SizeofIfAddrmsg)
 	var out []netip.Addr
-	err := r.request(unix.RTM_GETADDR, unix.NLM_F_DUMP, body, nil, func(typ uint16, p []byte) error {
-		if typ != unix.RTM_NEWADDR || len(p) < unix.SizeofIfAddrmsg {
-			return nil
-		}
-		if int(nlOrder.Uint32(p[4:])) != index {
-			return nil
-		}
-		flags := uint32(p[2])
-		var local, addr netip.Addr
-		eachAttr(p[unix.SizeofIfAddrmsg:], func(typ uint16, d []byte) {
-			switch typ {
-			case unix.IFA_LOCAL:
-				local, _ = ipFromAttr(d)
-			case unix.IFA_ADDRESS:
-				addr, _ = ipFromAttr(d)
-			case unix.IFA_FLAGS:
-				if len(d) >= 4 {
-					flags = nlOrder.Uint32(d)
-				}
+	err := r.do(func(h *netlink.Handle) error {
+		as, err := h.AddrList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}}, netlink.FAMILY_ALL)
+		for _, a := range as {
+			if a.IPNet == nil || a.Flags&unix.IFA_F_DADFAILED != 0 {
+				continue
 			}
-		})
-		if local.IsValid() {
-			addr = local // point-to-point: IFA_ADDRESS is the peer's
+			// The library gives a point-to-point address's local end
+			// as IPNet and its peer as Peer.
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				out = append(out, ip)
+			}
 		}
-		if addr.IsValid() && flags&unix.IFA_F_DADFAILED == 0 {
-			out = append(out, addr)
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
@@ -334,7 +147,7 @@ func (r *rtnl) addrs(index int) ([]netip.Addr, error) {
 
 // nlRoute is the kernel's route to a destination.
 type nlRoute struct {
-	typ     uint8      // RTN_*
+	typ     int        // RTN_*
 	oif     int        // output interface
 	gateway netip.Addr // next hop, if not on-link
 }
@@ -342,43 +155,27 @@ type nlRoute struct {
 // route looks up the route to dst out of interface oif, as rdma_rxe does
 // for its packets.
 func (r *rtnl) route(dst netip.Addr, oif int) (nlRoute, error) {
-	body := make([]byte, unix.SizeofRtMsg)
-	body[0] = ipFamily(dst)
-	body[1] = uint8(dst.BitLen())
 	var rt nlRoute
-	err := r.request(unix.RTM_GETROUTE, 0, body,
-		[]nlAttr{ipAttr(unix.RTA_DST, dst), u32Attr(unix.RTA_OIF, uint32(oif))},
-		func(typ uint16, p []byte) error {
-			if typ != unix.RTM_NEWROUTE || len(p) < unix.SizeofRtMsg {
-				return nil
-			}
-			rt.typ = p[7]
-			eachAttr(p[unix.SizeofRtMsg:], func(typ uint16, d []byte) {
-				switch typ {
-				case unix.RTA_OIF:
-					if len(d) >= 4 {
-						rt.oif = int(nlOrder.Uint32(d))
-					}
-				case unix.RTA_GATEWAY:
-					rt.gateway, _ = ipFromAttr(d)
-				case unix.RTA_VIA:
-					if len(d) >= 2 {
-						rt.gateway, _ = ipFromAttr(d[2:])
-					}
-				}
-			})
-			return nil
-		})
-	if err != nil {
-		return rt, err
-	}
-	return rt, nil
+	err := r.do(func(h *netlink.Handle) error {
+		rs, err := h.RouteGetWithOptions(dst.AsSlice(), &netlink.RouteGetOptions{OifIndex: oif})
+		if err != nil || len(rs) == 0 {
+			return err
+		}
+		rt.typ, rt.oif = rs[0].Type, rs[0].LinkIndex
+		if gw, ok := netip.AddrFromSlice(rs[0].Gw); ok {
+			rt.gateway = gw
+		} else if via, ok := rs[0].Via.(*netlink.Via); ok {
+			rt.gateway, _ = netip.AddrFromSlice(via.Addr)
+		}
+		return nil
+	})
+	return rt, err
 }
 
 // nlNeigh is an entry of the kernel's neighbour table.
 type nlNeigh struct {
 	found bool
-	state uint16 // NUD_*
+	state int // NUD_*
 	mac   [6]byte
 	hasLL bool
 }
@@ -387,38 +184,30 @@ type nlNeigh struct {
 const neighbourValid = unix.NUD_REACHABLE | unix.NUD_STALE | unix.NUD_DELAY | unix.NUD_PROBE |
 	unix.NUD_PERMANENT | unix.NUD_NOARP
 
+// neighFamily is the neighbour-table family of ip.
+func neighFamily(ip netip.Addr) int {
+	if ip.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
 // neigh returns the neighbour entry of ip on interface index.
 func (r *rtnl) neigh(index int, ip netip.Addr) (nlNeigh, error) {
-	body := make([]byte, unix.SizeofNdMsg)
-	body[0] = ipFamily(ip)
-	nlOrder.PutUint32(body[4:], uint32(index))
 	var nb nlNeigh
-	err := r.request(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, body, nil, func(typ uint16, p []byte) error {
-		if typ != unix.RTM_NEWNEIGH || len(p) < unix.SizeofNdMsg || nb.found {
-			return nil
-		}
-		if int(int32(nlOrder.Uint32(p[4:]))) != index {
-			return nil
-		}
-		state := nlOrder.Uint16(p[8:])
-		var dst netip.Addr
-		var ll []byte
-		eachAttr(p[unix.SizeofNdMsg:], func(typ uint16, d []byte) {
-			switch typ {
-			case unix.NDA_DST:
-				dst, _ = ipFromAttr(d)
-			case unix.NDA_LLADDR:
-				ll = d
+	err := r.do(func(h *netlink.Handle) error {
+		ns, err := h.NeighList(index, neighFamily(ip))
+		for _, n := range ns {
+			if dst, ok := netip.AddrFromSlice(n.IP); !ok || dst != ip || n.LinkIndex != index {
+				continue
 			}
-		})
-		if dst != ip {
-			return nil
+			nb.found, nb.state = true, n.State
+			if len(n.HardwareAddr) == 6 {
+				nb.mac, nb.hasLL = [6]byte(n.HardwareAddr), true
+			}
+			break
 		}
-		nb.found, nb.state = true, state
-		if len(ll) == 6 {
-			nb.mac, nb.hasLL = [6]byte(ll), true
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nb, fmt.Errorf("read neighbour table: %w", err)
@@ -430,13 +219,15 @@ func (r *rtnl) neigh(index int, ip netip.Addr) (nlNeigh, error) {
 // packet waiting for the address would (NTF_USE): an ARP request or an
 // IPv6 neighbour solicitation goes out unless the entry is valid.
 func (r *rtnl) probeNeigh(index int, ip netip.Addr) error {
-	body := make([]byte, unix.SizeofNdMsg)
-	body[0] = ipFamily(ip)
-	nlOrder.PutUint32(body[4:], uint32(index))
-	nlOrder.PutUint16(body[8:], unix.NUD_NONE)
-	body[10] = unix.NTF_USE
-	err := r.request(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, body,
-		[]nlAttr{ipAttr(unix.NDA_DST, ip)}, nil)
+	err := r.do(func(h *netlink.Handle) error {
+		return h.NeighSet(&netlink.Neigh{
+			LinkIndex: index,
+			Family:    neighFamily(ip),
+			State:     unix.NUD_NONE,
+			Flags:     unix.NTF_USE,
+			IP:        ip.AsSlice(),
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("start neighbour resolution: %w", err)
 	}

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ type xdpLink struct {
 }
 
 // wakeOne is the eventfd increment written by Wake.
-var wakeOne = func() (b [8]byte) { nlOrder.PutUint64(b[:], 1); return }()
+var wakeOne = func() (b [8]byte) { binary.NativeEndian.PutUint64(b[:], 1); return }()
 
 // txPollInterval is how long Poll sleeps at most when the last Transmit
 // was short: chunks come back on the completion ring without an event to

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -215,5 +216,27 @@ func TestReaderDamage(t *testing.T) {
 	}
 	if _, err := readAll(t, nil); !errors.Is(err, ErrFormat) {
 		t.Errorf("empty file: %v", err)
+	}
+}
+
+// TestReaderDamagedClaims reads files whose headers claim 256 MiB
+// packets: an error, and no allocation of the claimed length.
+func TestReaderDamagedClaims(t *testing.T) {
+	for _, c := range damagedCaptures(t) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		n, err := readOwn(c.data)
+		runtime.ReadMemStats(&after)
+		if c.name == "pcap-snaplen-256MiB" {
+			// A large snap length alone is no damage.
+			if err != nil || n != 1 {
+				t.Errorf("%s: %d packets, %v", c.name, n, err)
+			}
+		} else if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrCutShort) {
+			t.Errorf("%s: %d packets, then %v; want a corrupt or cut file", c.name, n, err)
+		}
+		if a := after.TotalAlloc - before.TotalAlloc; a > 1<<20 {
+			t.Errorf("%s: %d bytes allocated", c.name, a)
+		}
 	}
 }
