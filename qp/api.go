@@ -106,13 +106,18 @@
 //     ones go on while the answer is awaited, within the send window.
 //     A NAKed READ or atomic goes again at once with the READs and
 //     atomics after it, which no responder keeps.
-//   - A READ that lost responses asks for the rest only, as the IBTA
-//     allows: a new READ request at the PSN of the first response
+//   - A READ that lost responses asks for what it lacks only, as the
+//     IBTA allows: a new READ request at the PSN of the first response
 //     missing, with the address moved on and the length cut to match,
 //     which the responder answers as a duplicate READ (rdma_rxe and
 //     this package's responder serve it from the right offset). The
-//     responses of later READs are kept and READs answered in full are
-//     not asked for again; an atomic whose ACK was lost goes again alone.
+//     responses that follow the gap are kept (placed where their PSN
+//     says), so the request covers the gap and the first response kept,
+//     whose copy in the answer shows that the answer went past the gap;
+//     whatever the first answer did not bring after them is asked for
+//     once the gap is filled. The responses of later READs are kept and
+//     READs answered in full are not asked for again; an atomic whose
+//     ACK was lost goes again alone.
 //     A loss shows at once when a response comes past the one expected
 //     of the same READ, or answers a request sent after the READ's last
 //     one (responders answer in order). What nothing shows, the probe

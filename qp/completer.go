@@ -556,6 +556,31 @@ func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth
 	if psn != exp {
 		gap := false
 		if exp.Less(psn) {
+			if kept, fresh := q.keepPast(w, p, psn); kept {
+				if !fresh {
+					// A copy of the first one kept comes from a later
+					// answer (a request for the gap asks for it too): if
+					// the gap is still there, that answer's packets
+					// before it were lost.
+					if uint32(psn.Sub(w.first)) == w.keptFrom && !w.ask.due && i < q.curIdx {
+						q.askAgain(w, askOver)
+						return WCSuccess, true
+					}
+					return WCSuccess, false
+				}
+				*progress = true
+				// The first packet past the gap: the gap alone is
+				// asked for.
+				if w.kept == 1 {
+					if gap = q.lostGap(i, w); gap {
+						q.askAgain(w, askGap)
+					}
+				}
+				if ends && w.ask.older > 0 {
+					w.ask.older--
+				}
+				return WCSuccess, gap
+			}
 			// A response packet is missing: implied NAK, unless an
 			// earlier request may still be answering.
 			if gap = q.lostGap(i, w); gap {
@@ -579,7 +604,10 @@ func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth
 	if end {
 		n = w.length - k*mtu
 	}
-	if end != ends || uint32(p.PayloadN) != n {
+	// The answer to a request for the gap before kept responses ends
+	// where they begin; a late one of an earlier request goes on there.
+	gapEnd := w.kept > 0 && k+1 == w.keptFrom
+	if (end != ends && !gapEnd) || uint32(p.PayloadN) != n {
 		return WCBadRespErr, false
 	}
 	if !q.scatterSend(w, k*mtu, p.Payload()) {
@@ -594,10 +622,55 @@ func (q *QP) readResponse(now Time, i uint64, w *sendWQE, p *bth.Packet, psn bth
 	}
 	w.rcvd++
 	*progress = true
+	lost := false
+	if w.kept > 0 && w.rcvd == w.keptFrom {
+		// The gap is filled: on past what was kept. If the READ still
+		// lacks responses and no earlier answer may bring them, they
+		// were lost too.
+		w.rcvd += w.kept
+		w.kept = 0
+		if w.rcvd < w.npkts && w.ask.older == 0 && !w.ask.due && i < q.curIdx {
+			q.askAgain(w, askOver)
+			lost = true
+		}
+	}
 	if w.rcvd == w.npkts {
 		q.rdDone(now, w)
 	}
-	return WCSuccess, false
+	return WCSuccess, lost
+}
+
+// keepPast keeps a response packet of READ w that comes past a gap
+// (psn after the one expected): its payload goes to its place, which
+// the PSN fixes, so that asking again costs the gap alone, not every
+// response after it. One run of packets is kept, from the first past
+// the gap on while they follow each other; it reports whether p was
+// kept, and whether it was new rather than a copy of one kept.
+func (q *QP) keepPast(w *sendWQE, p *bth.Packet, psn bth.PSN) (kept, fresh bool) {
+	k := uint32(psn.Sub(w.first))
+	if w.kept > 0 && k >= w.keptFrom && k < w.keptFrom+w.kept {
+		return true, false
+	}
+	if w.kept > 0 && k != w.keptFrom+w.kept {
+		return false, false
+	}
+	mtu := uint32(q.mtu)
+	n, end := mtu, k == w.npkts-1
+	if end {
+		n = w.length - k*mtu
+	}
+	pos := p.Info.Pos
+	if end != (pos == bth.PosLast || pos == bth.PosOnly) || uint32(p.PayloadN) != n {
+		return false, false
+	}
+	if !q.scatterSend(w, k*mtu, p.Payload()) {
+		return false, false
+	}
+	if w.kept == 0 {
+		w.keptFrom = k
+	}
+	w.kept++
+	return true, true
 }
 
 // placedResponse takes the answer to a FLUSH or ATOMIC_WRITE: an RDMA
@@ -618,12 +691,14 @@ func (q *QP) placedResponse(now Time, w *sendWQE, p *bth.Packet, psn bth.PSN, pr
 	return WCSuccess
 }
 
-// READ recovery. A READ whose responses were lost asks for the rest: a
-// READ request at the PSN of the first response missing, for the bytes
-// from there to the end (emitPkt), which the responder answers as a
-// duplicate READ. Its later responses, and those of other READs, are
-// kept; so is every READ answered in full, which no go-back asks for
-// again. An atomic whose ACK was lost is sent again, and answered from
+// READ recovery. A READ whose responses were lost asks for them: a READ
+// request at the PSN of the first response missing (emitPkt), which the
+// responder answers as a duplicate READ. The responses that follow the
+// gap in the same answer are kept (keepPast), and the request then asks
+// for the gap and the first of them only; once the gap is filled, what
+// is still missing after them is asked for (readResponse). The
+// responses of other READs are kept too; so is every READ answered in
+// full, which no go-back asks for again. An atomic whose ACK was lost is sent again, and answered from
 // the responder's saved result.
 //
 // Responders answer requests in the order they arrive, so a response

@@ -19,7 +19,9 @@ type sendWQE struct {
 
 	first    bth.PSN // first PSN, assigned when the request starts
 	npkts    uint32  // PSNs consumed: packets, or READ response packets
-	rcvd     uint32  // READ: response packets received in order
+	rcvd     uint32  // READ: response packets received in order ...
+	keptFrom uint32  // ... and kept past the first gap: packets keptFrom on ...
+	kept     uint32  // ... this many (keepPast)
 	rdAtomic bool    // READ or atomic: needs a response, holds a credit
 	cost0    uint64  // send window cost of the requests started before it
 	done     bool    // acknowledged (or failed): ready to retire in order

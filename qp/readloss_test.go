@@ -54,6 +54,34 @@ func wantReRequest(t *testing.T, ps []*bth.Packet, psn bth.PSN, va uint64, rkey,
 	}
 }
 
+// wantAsk checks that ps is one READ request at psn for packets k up to
+// upto (exclusive) of the READ at va, rkey, length n (MTU mtu): the gap
+// before responses kept and the first of them.
+func wantAsk(t *testing.T, ps []*bth.Packet, psn bth.PSN, va uint64, rkey, n uint32, k, upto, mtu int) {
+	t.Helper()
+	wantPkts(t, ps, pkt{bth.OpReadRequest, psn, true, 0})
+	r := ps[0].RETH()
+	off, end := uint32(k*mtu), min(uint32(upto*mtu), n)
+	if r.VA() != va+uint64(off) || r.RKey() != rkey || r.DMALen() != end-off {
+		t.Fatalf("READ request at %d: va %#x rkey %d len %d, want va %#x rkey %d len %d",
+			psn, r.VA(), r.RKey(), r.DMALen(), va+uint64(off), rkey, end-off)
+	}
+}
+
+// wantAskAny checks that ps is one READ request at psn for packets from
+// k on of the READ at va, rkey, length n: to the end, or a whole number
+// of packets short of it (wantAsk).
+func wantAskAny(t *testing.T, ps []*bth.Packet, psn bth.PSN, va uint64, rkey, n uint32, k, mtu int) {
+	t.Helper()
+	r := ps[0].RETH()
+	off := uint32(k * mtu)
+	if l := r.DMALen(); l > 0 && off+l < n && l%uint32(mtu) == 0 {
+		wantAsk(t, ps, psn, va, rkey, n, k, int(off+l)/mtu, mtu)
+		return
+	}
+	wantReRequest(t, ps, psn, va, rkey, n, k, mtu)
+}
+
 // readWR is a signaled READ of n bytes into the node's buffer at local,
 // from the peer's remote (R_Key 9).
 func readWR(id uint64, local uint64, n uint32, key uint32, remote uint64) SendWR {
@@ -61,9 +89,10 @@ func readWR(id uint64, local uint64, n uint32, key uint32, remote uint64) SendWR
 		RemoteAddr: remote, RKey: 9}
 }
 
-// A lost middle response: the READ asks again for exactly the rest, from
-// that response's PSN, once; the rest of the first answer and late
-// duplicates change nothing, and the data lands byte for byte.
+// A lost middle response: the responses after it are kept, and the READ
+// asks again, once, for the missing one and the first kept (whose copy
+// shows the answer went past the gap); the rest of the first answer and
+// late duplicates change nothing, and the data lands byte for byte.
 func TestReadLostMiddleResponse(t *testing.T) {
 	o := defaultConn()
 	o.sqPSN = 100
@@ -79,7 +108,7 @@ func TestReadLostMiddleResponse(t *testing.T) {
 	deliver(1, n.qp, resps[:3])
 	n.qp.Receive(1, resps[4]) // 103 is lost
 	n.qp.Pump(1)
-	wantReRequest(t, n.out.take(), 103, 0x70000, 9, 8000, 3, 1024)
+	wantAsk(t, n.out.take(), 103, 0x70000, 9, 8000, 3, 5, 1024)
 	// The first answer goes on: no more requests.
 	deliver(2, n.qp, resps[5:])
 	n.qp.Pump(2)
@@ -236,7 +265,7 @@ func TestReadLossSeveralOutstanding(t *testing.T) {
 				t.Fatalf("sent %v", describe([]*bth.Packet{r}))
 			}
 			psn := r.BTH().PSN()
-			wantReRequest(t, []*bth.Packet{r}, psn, 0x70000+uint64(each*(psn/4)), 9, each, int(psn%4), 1024)
+			wantAskAny(t, []*bth.Packet{r}, psn, 0x70000+uint64(each*(psn/4)), 9, each, int(psn%4), 1024)
 			asked = append(asked, psn)
 		}
 	}
@@ -294,12 +323,12 @@ func TestReadLostReRequestAnswer(t *testing.T) {
 	n.qp.Receive(1, first[0])
 	n.qp.Receive(1, first[2]) // 1 lost
 	n.qp.Pump(1)
-	wantReRequest(t, n.out.take(), 1, 0x70000, 9, 4000, 1, 1024)
+	wantAsk(t, n.out.take(), 1, 0x70000, 9, 4000, 1, 3, 1024)
 	n.qp.Receive(1, first[3]) // the first answer ends
 	again := rdResps(t, 0, 1, remote, 1024)
 	n.qp.Receive(2, again[1]) // again[0], PSN 1, lost
 	n.qp.Pump(2)
-	wantReRequest(t, n.out.take(), 1, 0x70000, 9, 4000, 1, 1024)
+	wantAsk(t, n.out.take(), 1, 0x70000, 9, 4000, 1, 3, 1024)
 	deliver(3, n.qp, again[2:])
 	deliver(3, n.qp, rdResps(t, 0, 1, remote, 1024))
 	wantWC(t, "read", n.sink.send, WC{ID: 1, Opcode: WCRDMARead})
@@ -308,10 +337,12 @@ func TestReadLostReRequestAnswer(t *testing.T) {
 	}
 }
 
-// rdma_rxe ends an answer when asked again, and answers the rest from a
-// MIDDLE (or a LAST) when the request asks for the middle of a READ: the
-// answer to the request again shows itself by the response that was
-// missing, and a gap in it shows a loss at once.
+// rdma_rxe ends an answer when asked again, and answers a request for
+// the middle of a READ from a MIDDLE (or a LAST), ending where the
+// request ends: the answer to the request again shows itself by the
+// response that was missing, what the first answer did not bring after
+// the kept ones is asked for as soon as the gap is filled, and a gap in
+// an answer shows a loss at once.
 func TestReadReRequestAnsweredFromMiddle(t *testing.T) {
 	n := single(t, Caps{}, defaultConn())
 	local, key := n.buf(8000, 0x10000, 0)
@@ -325,16 +356,25 @@ func TestReadReRequestAnsweredFromMiddle(t *testing.T) {
 	deliver(1, n.qp, resps[:2])
 	n.qp.Receive(1, resps[3]) // 2 is lost; the first answer ends here
 	n.qp.Pump(1)
-	wantReRequest(t, n.out.take(), 2, 0x70000, 9, 8000, 2, 1024)
-	// The answer again, as rdma_rxe sends it: MIDDLE 2 to 4, 5 lost.
-	deliver(2, n.qp, resps[2:5])
-	n.qp.Receive(2, resps[6])
+	wantAsk(t, n.out.take(), 2, 0x70000, 9, 8000, 2, 4, 1024)
+	// The answer again, as rdma_rxe sends it: MIDDLE 2, LAST 3.
+	last := hdr(bth.OpReadRespLast, 3)
+	last.Syndrome = bth.SyndromeACKNoCredits
+	deliver(2, n.qp, []*bth.Packet{resps[2], craft(t, last, remote[3072:4096])})
 	n.qp.Pump(2)
-	wantReRequest(t, n.out.take(), 5, 0x70000, 9, 8000, 5, 1024)
-	deliver(3, n.qp, resps[5:])
+	wantReRequest(t, n.out.take(), 4, 0x70000, 9, 8000, 4, 1024)
+	// Its answer: MIDDLE 4, 5 lost, 6 kept.
+	n.qp.Receive(3, resps[4])
+	n.qp.Receive(3, resps[6])
+	n.qp.Pump(3)
+	wantAsk(t, n.out.take(), 5, 0x70000, 9, 8000, 5, 7, 1024)
+	deliver(4, n.qp, resps[5:])
 	wantWC(t, "read", n.sink.send, WC{ID: 1, Opcode: WCRDMARead})
 	if !bytes.Equal(local, remote) {
 		t.Error("read data differs")
+	}
+	if c := n.qp.Counters(); c.LocalAckTimeoutErr != 0 || c.LossProbes != 0 {
+		t.Errorf("counters %+v", *c)
 	}
 }
 
@@ -495,7 +535,7 @@ func TestReadRecoveryPair(t *testing.T) {
 			for _, r := range requests {
 				psn := r.BTH().PSN()
 				j, k := (psn-1)/4, (psn-1)%4
-				wantReRequest(t, []*bth.Packet{r}, psn, 0x900000+uint64(4000*j), 1, 4000, int(k), 1024)
+				wantAskAny(t, []*bth.Packet{r}, psn, 0x900000+uint64(4000*j), 1, 4000, int(k), 1024)
 				got = append(got, psn)
 			}
 			wantPSNs(t, "requests", got, c.requests...)
@@ -673,7 +713,7 @@ func TestZeroAllocsReadLoss(t *testing.T) {
 	read := SendWR{ID: 3, Opcode: WRRead, Flags: SendSignaled, RemoteAddr: 0x200000, RKey: kr}
 	var now Time
 	k, lossy := 0, false
-	lose := func() bool { k++; return lossy && k%11 == 0 }
+	lose := func() bool { k++; return lossy && k%13 == 0 }
 	round := func() {
 		want := sa.send + 4
 		for i := 0; i < 4; i++ {

@@ -412,6 +412,12 @@ func (q *QP) emitPkt(now Time, w *sendWQE, idx uint64, k uint32) (sent, last boo
 		off := k * mtu
 		h = q.headers(bth.OpReadRequest, psn, true)
 		h.VA, h.RKey, h.DMALen = w.wr.RemoteAddr+uint64(off), w.wr.RKey, w.length-off
+		if w.kept > 0 {
+			// The gap before the responses kept (keepPast), and the
+			// first of them again: its copy shows the answer passed
+			// the gap, so a gap lost again shows too.
+			h.DMALen = min((w.keptFrom+1)*mtu, w.length) - off
+		}
 	case WRCompareSwap:
 		h = q.headers(bth.OpCompareSwap, psn, true)
 		h.AtomicVA, h.AtomicRKey, h.SwapAdd, h.Compare = w.wr.RemoteAddr, w.wr.RKey, w.wr.Swap, w.wr.CompareAdd
