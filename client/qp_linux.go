@@ -38,7 +38,8 @@ type QP struct {
 var wireOp = [...]uint8{stack.OpSend: proto.WRSend, stack.OpSendWithImm: proto.WRSendWithImm,
 	stack.OpSendWithInv: proto.WRSendWithInv, stack.OpWrite: proto.WRWrite, stack.OpWriteWithImm: proto.WRWriteWithImm,
 	stack.OpRead: proto.WRRead, stack.OpCompareSwap: proto.WRCompareSwap, stack.OpFetchAdd: proto.WRFetchAdd,
-	stack.OpFlush: proto.WRFlush, stack.OpAtomicWrite: proto.WRAtomicWrite}
+	stack.OpFlush: proto.WRFlush, stack.OpAtomicWrite: proto.WRAtomicWrite, stack.OpBindMW: proto.WRBindMW,
+	stack.OpLocalInv: proto.WRLocalInv}
 
 var qpTypes = map[stack.QPType]uint32{stack.RC: proto.QPTypeRC, stack.UC: proto.QPTypeUC, stack.UD: proto.QPTypeUD}
 
@@ -237,8 +238,21 @@ func (q *QP) putSend(wr *verbs.SendWR) error {
 	*s = proto.SendSlot{ID: wr.ID, Opcode: wireOp[wr.Op], Flags: uint8(wr.Flags), NumSGE: uint16(len(wr.SG)),
 		Imm: wr.Imm, RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
-	if wr.Op == stack.OpSendWithInv {
+	switch wr.Op {
+	case stack.OpSendWithInv:
 		s.Imm = wr.InvRKey
+	case stack.OpLocalInv, stack.OpBindMW:
+		// Local operations: no data (the daemon executes them when it
+		// takes them from the ring).
+		s.Imm, s.NumSGE, s.Flags = wr.InvRKey, 0, s.Flags&^uint8(stack.SendInline)
+		if wr.Op == stack.OpBindMW {
+			if err := q.putBindMW(s, wr); err != nil {
+				return err
+			}
+		}
+		s.Put(b)
+		q.sq.SetProducer(prod + 1)
+		return nil
 	}
 	if wr.Op == stack.OpFlush {
 		s.CompareAdd, s.FlushType, s.FlushLevel = uint64(wr.FlushLen), uint8(wr.FlushType), uint8(wr.FlushLevel)

@@ -35,6 +35,12 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
+	return newPairLimits(t, stack.Limits{})
+}
+
+// newPairLimits is newPair with device limits for b.
+func newPairLimits(t *testing.T, lim stack.Limits) *pair {
+	t.Helper()
 	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	p := &pair{}
@@ -42,7 +48,8 @@ func newPair(t *testing.T) *pair {
 	if p.a, err = stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, IdleSpin: spin}); err != nil {
 		t.Fatal(err)
 	}
-	if p.b, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, IdleSpin: spin}); err != nil {
+	if p.b, err = stack.Open(context.Background(), stack.Config{Link: lb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, IdleSpin: spin,
+		Limits: lim}); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

@@ -67,6 +67,16 @@ func FuzzHandle(f *testing.F) {
 		msg(proto.OpCMConnect, &proto.CMConnect{ID: 5, Param: proto.CMConnParam{QPN: 0x11}}),
 		msg(proto.OpCMAccept, &proto.CMConnect{ID: 5, QP: 3}),
 		msg(proto.OpCMReject, &proto.CMReject{ID: 5, PrivateDataLen: 999})))
+	// Memory windows: both types, a bind on a QP not in RTS, windows
+	// of a PD that is deallocated before them, a region handle of
+	// another kind.
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpAllocMW, &proto.AllocMW{PD: 1, Type: proto.MWType1}),
+		msg(proto.OpAllocMW, &proto.AllocMW{PD: 1, Type: proto.MWType2}), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8}),
+		msg(proto.OpCreateQP, &proto.CreateQP{PD: 1, Type: proto.QPTypeRC, SendCQ: 4, RecvCQ: 4, MaxSendWR: 4, MaxRecvWR: 4}),
+		msg(proto.OpBindMW, &proto.BindMW{QP: 5, MW: 2, MR: 4, Flags: 2, Length: 8, Access: 4}),
+		msg(proto.OpBindMW, &proto.BindMW{QP: 5, MW: 3}), msg(proto.OpDeallocPD, &proto.Handle{Handle: 1}),
+		msg(proto.OpDeallocMW, &proto.Handle{Handle: 3}), msg(proto.OpDeallocMW, &proto.Handle{Handle: 3}),
+		msg(proto.OpAllocMW, &proto.AllocMW{PD: 1, Type: 7})))
 	f.Add([]byte{})
 
 	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})

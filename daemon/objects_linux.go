@@ -21,6 +21,13 @@ type mrObj struct {
 	bytes   int64
 }
 
+// mwObj is a memory window; its binding names regions and QPs of the
+// session only (the daemon resolves their handles in the session).
+type mwObj struct {
+	mw *stack.MW
+	pd *pdObj
+}
+
 type channelObj struct {
 	efd int // eventfd the client waits on
 }
@@ -92,6 +99,8 @@ func kindOf(o any) kind {
 		return kindPD
 	case *mrObj:
 		return kindMR
+	case *mwObj:
+		return kindMW
 	case *cqObj:
 		return kindCQ
 	case *channelObj:
@@ -138,6 +147,8 @@ func (ss *session) destroy(o any) error {
 		return unix.Munmap(o.mem)
 	case *mrObj:
 		return ss.deregister(o)
+	case *mwObj:
+		return o.mw.Dealloc()
 	case *channelObj:
 		return unix.Close(o.efd)
 	case *pdObj:

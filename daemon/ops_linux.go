@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -96,6 +97,32 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 		return ss.regMR(&req, fds)
 	case proto.OpDeregMR:
 		return ss.destroyHandle(body, kindMR)
+
+	case proto.OpAllocMW:
+		var req proto.AllocMW
+		proto.Unmarshal(body, &req)
+		if err := ss.room(kindMW); err != nil {
+			return nil, -1, err
+		}
+		pd, err := get[*pdObj](ss, req.PD)
+		if err != nil {
+			return nil, -1, err
+		}
+		if req.Type != proto.MWType1 && req.Type != proto.MWType2 {
+			return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("window type %d (1 or 2)", req.Type)}
+		}
+		mw, err := pd.pd.AllocMW(stack.MWType(req.Type))
+		if err != nil {
+			return nil, -1, err
+		}
+		hd, _ := ss.add(kindMW, &mwObj{mw: mw, pd: pd})
+		return &proto.AllocMWResp{MW: hd, RKey: mw.RKey()}, -1, nil
+	case proto.OpDeallocMW:
+		return ss.destroyHandle(body, kindMW)
+	case proto.OpBindMW:
+		var req proto.BindMW
+		proto.Unmarshal(body, &req)
+		return ss.bindMW(&req)
 
 	case proto.OpCreateChannel:
 		if err := ss.room(kindChannel); err != nil {
@@ -260,6 +287,10 @@ func (ss *session) inUse(o any) error {
 			if x.pd == o {
 				return errnoErr{unix.EBUSY, "an address handle uses it"}
 			}
+		case *mwObj:
+			if x.pd == o {
+				return errnoErr{unix.EBUSY, "a memory window uses it"}
+			}
 		}
 	}
 	return nil
@@ -273,7 +304,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	const known = 0xf | 0x10 | 0x300  // local write, remote write, read, atomic; MW bind (no windows: ignored); flush global, persistent
+	const known = 0xf | 0x10 | 0x300  // local write, remote write, read, atomic; MW bind; flush global, persistent
 	acc := req.Access &^ (0xfff00000) // IBV_ACCESS_OPTIONAL_RANGE: hints that may be dropped
 	if acc&^known != 0 {
 		return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("reg mr: access flags %#x not supported", acc&^known)}
@@ -294,7 +325,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 		if err != nil {
 			return nil, -1, err
 		}
-		if mr, err = pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&accessKept)); err != nil {
+		if mr, err = pd.pd.RegisterMRAt(buf, req.IOVA, stack.Access(acc&(accessKept|accessMWBind))); err != nil {
 			unix.Munmap(o.mapping)
 			return nil, -1, err
 		}
@@ -306,7 +337,7 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 		if err := readable(ss.procMem, req.Addr, req.Length); err != nil {
 			return nil, -1, err
 		}
-		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&accessKept)); err != nil {
+		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&(accessKept|accessMWBind))); err != nil {
 			return nil, -1, err
 		}
 	default:
@@ -318,6 +349,50 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 	ss.mu.Unlock()
 	hd, _ := ss.add(kindMR, o)
 	return &proto.RegMRResp{MR: hd, LKey: mr.LKey(), RKey: mr.RKey()}, -1, nil
+}
+
+// bindMW binds a type 1 window (ibv_bind_mw) through the stack's
+// QP.BindMW, which binds it at once. The handles must be the session's,
+// the window of type 1 and of the QP's PD (EINVAL); the QP in RTS
+// (EINVAL). A binding that fails the stack's checks (the region's
+// rights, bounds, MW bind access) fails as on rdma_rxe, which makes them
+// when it executes the bind: the request succeeds, its completion has
+// IBV_WC_MW_BIND_ERR and the QP goes to ERR.
+func (ss *session) bindMW(req *proto.BindMW) (any, int, error) {
+	q, err := get[*qpObj](ss, req.QP)
+	if err != nil {
+		return nil, -1, err
+	}
+	w, err := get[*mwObj](ss, req.MW)
+	if err != nil {
+		return nil, -1, err
+	}
+	var mr *stack.MR
+	if req.MR != 0 {
+		o, err := get[*mrObj](ss, req.MR)
+		if err != nil {
+			return nil, -1, err
+		}
+		mr = o.mr
+	}
+	switch {
+	case w.mw.Type() != stack.MWType1:
+		return nil, -1, errnoErr{unix.EINVAL, "a type 2 window is bound with a work request"}
+	case w.pd != q.pd:
+		return nil, -1, errnoErr{unix.EINVAL, "the window and the qp are of different pds"}
+	case q.q.State() != stack.StateRTS:
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("qp in %s", q.q.State())}
+	}
+	b := stack.MWBind{MR: mr, Addr: req.Addr, Length: req.Length, Access: stack.Access(req.Access)}
+	err = q.q.BindMW(w.mw, req.ID, stack.SendFlags(req.Flags)&stack.SendSignaled, b)
+	if errors.Is(err, stack.ErrInvalidArg) {
+		q.sendCQ.ring.pushNow(&stack.WC{ID: req.ID, Status: stack.WCMWBindErr, Opcode: stack.WCBindMW, QPN: q.q.QPN()})
+		err = q.q.ToErr()
+	}
+	if err != nil {
+		return nil, -1, err
+	}
+	return &proto.BindMWResp{RKey: w.mw.RKey()}, -1, nil
 }
 
 func (ss *session) createCQ(req *proto.CreateCQ) (any, int, error) {
@@ -478,7 +553,11 @@ func deviceAttr(d *stack.Device) *proto.DeviceAttr {
 		MaxSGE: int32(a.MaxSGE), MaxCQ: 1 << 16, MaxCQE: int32(a.MaxCQE), MaxMR: int32(a.MaxMR), MaxPD: 1 << 16,
 		MaxQPRdAtom: int32(a.MaxQPRdAtom), MaxQPInitRdAtom: int32(a.MaxQPInitRdAtom), MaxSRQ: 1 << 16,
 		MaxSRQWR: int32(a.MaxSRQWR), MaxSRQSGE: int32(a.MaxSGE), MaxAH: 1 << 16, MaxInline: int32(a.MaxInline),
-		MaxPKeys: uint16(a.MaxPKeys), PhysPortCnt: 1, AtomicCap: 1, FWVer: proto.NameOf("uroce")}
+		MaxPKeys: uint16(a.MaxPKeys), PhysPortCnt: 1, AtomicCap: 1, FWVer: proto.NameOf("uroce"),
+		// Windows share the regions' keys (stack.PD.AllocMW); type 2
+		// windows are rdma_rxe's type 2B, associated with a QP.
+		MaxMW:          int32(a.MaxMR),
+		DeviceCapFlags: proto.DeviceMemWindow | proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
 }
 
 func portAttr(d *stack.Device) *proto.PortAttr {
@@ -506,6 +585,9 @@ func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
 // remote write, read and atomic (0xf), flush global and persistent
 // (IBV_ACCESS_FLUSH_GLOBAL, _PERSISTENT: 0x300).
 const accessKept = 0xf | 0x300
+
+// accessMWBind is IBV_ACCESS_MW_BIND, which regions take.
+const accessMWBind = 0x10
 
 func qpAttrFrom(a *proto.QPAttr, mask uint32) stack.QPAttr {
 	s := stack.QPAttr{State: stack.QPState(a.State), CurState: stack.QPState(a.CurState), AccessFlags: stack.Access(a.AccessFlags & accessKept),

@@ -297,7 +297,8 @@ var wrOpcodes = [...]struct {
 	proto.WRSend: {stack.OpSend, true}, proto.WRSendWithImm: {stack.OpSendWithImm, true},
 	proto.WRRead: {stack.OpRead, true}, proto.WRCompareSwap: {stack.OpCompareSwap, true},
 	proto.WRFetchAdd: {stack.OpFetchAdd, true}, proto.WRSendWithInv: {stack.OpSendWithInv, true},
-	proto.WRFlush: {stack.OpFlush, true}, proto.WRAtomicWrite: {stack.OpAtomicWrite, true}}
+	proto.WRFlush: {stack.OpFlush, true}, proto.WRAtomicWrite: {stack.OpAtomicWrite, true},
+	proto.WRLocalInv: {stack.OpLocalInv, true}, proto.WRBindMW: {stack.OpBindMW, true}}
 
 // drainSend takes the send ring's new requests and posts them. The
 // slots are released (the consumer index stored) as soon as they are
@@ -388,6 +389,15 @@ func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
 		return stack.WCLocQPOpErr
 	}
 	wr.Op = wrOpcodes[s.Opcode].op
+	switch s.Opcode {
+	case proto.WRLocalInv:
+		wr.Flags &^= stack.SendInline
+		return stack.WCSuccess
+	case proto.WRBindMW:
+		wr.Flags &^= stack.SendInline
+		ss.bindWR(q, wr, s)
+		return stack.WCSuccess
+	}
 	if s.Opcode == proto.WRFlush {
 		if s.CompareAdd > 1<<32-1 {
 			return stack.WCLocQPOpErr
@@ -427,6 +437,25 @@ func (ss *session) buildSend(q *qpObj, i int) stack.WCStatus {
 		wr.AH = ah.ah
 	}
 	return stack.WCSuccess
+}
+
+// bindWR fills in the window and the region of a BIND_MW slot
+// (proto.SendSlot) from the session's handles. A handle that names
+// nothing of the session leaves the window or the region nil: the stack
+// completes the request with WCMWBindErr.
+func (ss *session) bindWR(q *qpObj, wr *stack.SendWR, s *proto.SendSlot) {
+	b := &wr.BindMW
+	*b = stack.MWBindWR{RKey: s.RKey, MWBind: stack.MWBind{Addr: s.RemoteAddr, Length: s.CompareAdd,
+		Access: stack.Access(s.RemoteQKey)}}
+	wr.Remote, wr.CompareAdd, wr.RemoteQPN, wr.RemoteQKey = stack.RemoteAddr{}, 0, 0, 0
+	ss.mu.RLock()
+	if w, ok := ss.objs[s.AH].(*mwObj); ok {
+		b.MW = w.mw
+	}
+	if m, ok := ss.objs[s.RemoteQPN].(*mrObj); ok {
+		b.MR = m.mr
+	}
+	ss.mu.RUnlock()
 }
 
 // drainRecv takes the receive ring's new requests and posts them, as

@@ -69,10 +69,11 @@ const (
 	kindAH
 	kindCMChannel
 	kindCMID
+	kindMW
 	kinds
 )
 
-var kindNames = [kinds]string{"pd", "mr", "cq", "channel", "srq", "qp", "ah", "cm event channel", "cm id"}
+var kindNames = [kinds]string{"pd", "mr", "cq", "channel", "srq", "qp", "ah", "cm event channel", "cm id", "mw"}
 
 func newSession(s *Server, c *net.UnixConn, id uint32) *session {
 	ss := &session{srv: s, conn: c, id: id, objs: map[uint32]any{}, pollDone: make(chan struct{})}
@@ -268,7 +269,8 @@ func (ss *session) end() {
 	ss.mu.Unlock()
 	// Dependency order: what uses an object goes before it.
 	// CM IDs first: their connections use the QPs.
-	for _, k := range []kind{kindCMID, kindQP, kindAH, kindSRQ, kindCQ, kindMR, kindChannel, kindCMChannel, kindPD} {
+	// Windows before regions: a bound window keeps its region.
+	for _, k := range []kind{kindCMID, kindQP, kindAH, kindSRQ, kindCQ, kindMW, kindMR, kindChannel, kindCMChannel, kindPD} {
 		for h, o := range objs {
 			if kindOf(o) == k {
 				if err := ss.destroy(o); err != nil {
@@ -307,12 +309,22 @@ func (ss *session) room(k kind) error {
 		kindSRQ: lim.SRQs, kindQP: lim.QPs, kindAH: lim.AHs,
 		// CM event channels count as channels, and a session may have
 		// as many CM IDs as QPs.
-		kindCMChannel: lim.Channels, kindCMID: lim.QPs}[k]
+		kindCMChannel: lim.Channels, kindCMID: lim.QPs,
+		// Windows and regions share a limit, as they share the
+		// device's key space.
+		kindMW: lim.MRs}[k]
 	ss.mu.RLock()
 	n := ss.count[k]
+	if k == kindMR || k == kindMW {
+		n = ss.count[kindMR] + ss.count[kindMW]
+	}
 	ss.mu.RUnlock()
 	if n >= max {
-		return errnoErr{unix.ENOMEM, fmt.Sprintf("limit of %d %ss per client reached", max, kindNames[k])}
+		what := kindNames[k] + "s"
+		if k == kindMR || k == kindMW {
+			what = "mrs and mws"
+		}
+		return errnoErr{unix.ENOMEM, fmt.Sprintf("limit of %d %s per client reached", max, what)}
 	}
 	return nil
 }

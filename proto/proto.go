@@ -20,7 +20,7 @@ import (
 
 // Version is the protocol version a client names in Hello. The daemon
 // refuses other versions.
-const Version = 2
+const Version = 3
 
 // MaxMessage bounds a message, header included.
 const MaxMessage = 64 << 10
@@ -86,6 +86,10 @@ const (
 	OpCMGetEvent
 	OpCMInitQPAttr
 	OpCMEstablish
+	// Memory windows; see SPEC.md's "Memory windows".
+	OpAllocMW
+	OpDeallocMW
+	OpBindMW
 	opEnd
 )
 
@@ -110,7 +114,8 @@ var opNames = map[Op]string{
 	OpCMBind: "cm bind", OpCMResolveAddr: "cm resolve addr", OpCMResolveRoute: "cm resolve route",
 	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
 	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpCMInitQPAttr: "cm init qp attr",
-	OpCMEstablish: "cm establish", OpEventDeviceGone: "device gone", OpEventAsync: "async event",
+	OpCMEstablish: "cm establish", OpAllocMW: "alloc mw", OpDeallocMW: "dealloc mw", OpBindMW: "bind mw",
+	OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
 func (o Op) String() string {
@@ -265,7 +270,16 @@ type DeviceAttr struct {
 	AtomicCap       uint8 // ibv_atomic_cap: 1 = IBV_ATOMIC_HCA
 	Pad             uint32
 	FWVer           Name
+	MaxMW           int32 // memory windows (version 3)
+	Pad2            uint32
 }
+
+// Device capability flags of DeviceAttr (ibv_device_cap_flags).
+const (
+	DeviceMemWindow       = 1 << 17 // IBV_DEVICE_MEM_WINDOW
+	DeviceMemMgtExt       = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
+	DeviceMemWindowType2B = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
+)
 
 // PortReq names a port (1) for QueryPort.
 type PortReq struct {
@@ -348,6 +362,46 @@ type RegMR struct {
 type RegMRResp struct {
 	MR   uint32
 	LKey uint32
+	RKey uint32
+	Pad  uint32
+}
+
+// Memory window types (ibv_mw_type).
+const (
+	MWType1 = 1
+	MWType2 = 2
+)
+
+// AllocMW allocates a memory window (ibv_alloc_mw).
+type AllocMW struct {
+	PD   uint32
+	Type uint32 // MWType1, MWType2
+}
+
+// AllocMWResp answers AllocMW.
+type AllocMWResp struct {
+	MW   uint32
+	RKey uint32
+}
+
+// BindMW binds a type 1 window (ibv_bind_mw) on QP: Length bytes at
+// Addr of the region MR (0: none, to unbind with Length 0) with Access
+// (remote rights, ibv_access_flags), under a new consumer key. Flags
+// are ibv_send_flags (IBV_SEND_SIGNALED: a completion with ID).
+type BindMW struct {
+	QP     uint32
+	MW     uint32
+	MR     uint32
+	Flags  uint32
+	ID     uint64
+	Addr   uint64
+	Length uint64
+	Access uint32
+	Pad    uint32
+}
+
+// BindMWResp answers BindMW: the window's R_Key now.
+type BindMWResp struct {
 	RKey uint32
 	Pad  uint32
 }

@@ -92,6 +92,8 @@ const (
 	WRRead         = 4
 	WRCompareSwap  = 5
 	WRFetchAdd     = 6
+	WRLocalInv     = 7
+	WRBindMW       = 8
 	WRSendWithInv  = 9
 	WRFlush        = 14
 	WRAtomicWrite  = 15
@@ -118,7 +120,16 @@ const (
 //
 // A FLUSH (ibv_wr_flush) gives its length in compare_add and has no
 // SGEs; an ATOMIC_WRITE (ibv_wr_atomic_write) its 8 bytes as inline
-// data (whatever the QP's max_inline) or in one SGE.
+// data (whatever the QP's max_inline) or in one SGE. A LOCAL_INV gives
+// the key to invalidate at +12. A BIND_MW (of a type 2 window) has no
+// SGEs and reuses the fields:
+//
+//	+16 the window's address u64 (remote_addr)
+//	+24 the window's new R_Key u32 (rkey)
+//	+28 the window's handle u32 (ah)
+//	+32 the window's length u64 (compare_add)
+//	+48 the region's handle u32 (remote_qpn)
+//	+52 the window's access flags u32 (remote_qkey, ibv_access_flags)
 type SendSlot struct {
 	ID         uint64
 	Opcode     uint8

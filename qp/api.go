@@ -507,7 +507,7 @@ const (
 	WCCompSwap    WCOpcode = 3
 	WCFetchAdd    WCOpcode = 4
 	WCBindMW      WCOpcode = 5
-	WCLocalInv    WCOpcode = 7
+	WCLocalInv    WCOpcode = 6
 	WCFlush       WCOpcode = 8
 	WCAtomicWrite WCOpcode = 9
 	WCRecv        WCOpcode = 128

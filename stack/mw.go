@@ -196,7 +196,8 @@ func (mw *MW) bind(q *QP, rkey uint32, b MWBind) error {
 // BindMW binds the type 1 window mw (ibv_bind_mw) with a new consumer
 // key (IncRKey of its R_Key, which RKey returns afterwards). A bind of
 // zero length unbinds it. The bind takes effect at once; with
-// SendSignaled it completes on the send CQ with WCBindMW and id.
+// SendSignaled (or a QP that signals all) it completes on the send CQ
+// with WCBindMW and id.
 func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 	if mw.typ != MWType1 {
 		return fmt.Errorf("bind mw: type %d window: %w", mw.typ, ErrInvalidArg)
@@ -212,16 +213,18 @@ func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 	if err := mw.bind(q, IncRKey(mw.RKey()), b); err != nil {
 		return fmt.Errorf("bind mw: qp %#x: %w", q.qpn, err)
 	}
-	if flags&SendSignaled != 0 {
+	if flags&SendSignaled != 0 || q.init.SignalAll {
 		q.completeLocal(&WC{ID: id, Status: WCSuccess, Opcode: WCBindMW, QPN: q.qpn})
 	}
 	return nil
 }
 
 // postLocal executes an OpBindMW or OpLocalInv work request when it is
-// posted; the caller holds the QP's lock. It completes with WCSuccess
-// when signaled; a failure completes with WCMWBindErr (bind) or
-// WCLocQPOpErr (invalidation), as rdma_rxe's, and moves the QP to ERR.
+// posted; the caller holds the QP's lock. It retires at once
+// (QPInit.SendRetired) and completes with WCSuccess when signaled (or
+// on a QP that signals all); a failure completes with WCMWBindErr
+// (bind) or WCLocQPOpErr (invalidation), as rdma_rxe's, and moves the
+// QP to ERR.
 func (q *QP) postLocal(wr *SendWR) error {
 	if q.init.Type != RC && q.init.Type != UC {
 		return fmt.Errorf("%s on a %s qp: %w", wr.Op, q.init.Type, ErrInvalidWR)
@@ -230,6 +233,8 @@ func (q *QP) postLocal(wr *SendWR) error {
 	case StateReset, StateInit, StateRTR:
 		return fmt.Errorf("qp in %s: %w", q.q.State(), ErrInvalidState)
 	case StateErr, StateSQE:
+		q.localDone++
+		q.retired()
 		q.completeLocal(&WC{ID: wr.ID, Status: WCWRFlushErr, Opcode: localOpcode(wr.Op), QPN: q.qpn})
 		return nil
 	}
@@ -245,7 +250,9 @@ func (q *QP) postLocal(wr *SendWR) error {
 			st = WCLocQPOpErr
 		}
 	}
-	if st != WCSuccess || wr.Flags&SendSignaled != 0 {
+	q.localDone++
+	q.retired()
+	if st != WCSuccess || wr.Flags&SendSignaled != 0 || q.init.SignalAll {
 		q.completeLocal(&WC{ID: wr.ID, Status: st, Opcode: localOpcode(wr.Op), QPN: q.qpn})
 	}
 	if st != WCSuccess {

@@ -485,3 +485,50 @@ func TestMWNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per round through a window", n)
 	}
 }
+
+// TestMWLocalRetired: OpBindMW and OpLocalInv retire when posted
+// (QPInit.SendRetired counts them), and a QP that signals all
+// completes them unsignaled; QP.BindMW too.
+func TestMWLocalRetired(t *testing.T) {
+	e := newMWEnv(t)
+	var retired uint64
+	qb, err := e.B.pd.CreateQP(QPInit{Type: RC, SendCQ: e.B.cq, RecvCQ: e.B.cq, MaxSendWR: 4, MaxRecvWR: 4,
+		SignalAll: true, SendRetired: func(n uint64) { retired = n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := e.A.qp(t, RC)
+	connect(t, qa, qb, 1, 0, 0, AccessRemoteRead)
+	mw, err := e.B.pd.AllocMW(MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := IncRKey(mw.RKey())
+	for i, wr := range []SendWR{
+		{ID: 1, Op: OpBindMW, BindMW: MWBindWR{MW: mw, RKey: key, MWBind: MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 8,
+			Access: AccessRemoteRead}}},
+		{ID: 2, Op: OpLocalInv, InvRKey: key},
+	} {
+		if err := qb.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if retired != uint64(i+1) {
+			t.Fatalf("%s: %d retired, want %d", wr.Op, retired, i+1)
+		}
+		wcs := make([]WC, 2)
+		if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != wr.ID || wcs[0].Status != WCSuccess {
+			t.Fatalf("unsignaled %s on a qp that signals all: %+v", wr.Op, wcs[:n])
+		}
+	}
+	mw1, err := e.B.pd.AllocMW(MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.BindMW(mw1, 3, 0, MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 8, Access: AccessRemoteRead}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 2)
+	if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != 3 || wcs[0].Opcode != WCBindMW || retired != 2 {
+		t.Fatalf("QP.BindMW on a qp that signals all: %+v, %d retired", wcs[:n], retired)
+	}
+}

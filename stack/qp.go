@@ -215,7 +215,10 @@ type QPInit struct {
 	// unsignaled ones before it included). The daemon publishes it to
 	// its client, whose ibv_post_send refuses work past max_send_wr
 	// outstanding. It runs with the QP's lock held, in an engine or in
-	// the verbs call that flushes the queue: it must not block.
+	// the verbs call that flushes the queue: it must not block. The
+	// count includes the OpBindMW and OpLocalInv requests, retired when
+	// they are posted; QP.BindMW, not a send work request here, is not
+	// counted.
 	SendRetired func(n uint64)
 }
 
@@ -277,6 +280,10 @@ type QP struct {
 	out       qpOutput
 	sink      qpSink
 	mem       qpMemory
+	// localDone counts the OpBindMW and OpLocalInv requests executed
+	// when posted (postLocal): they never enter the transport's send
+	// queue, yet retire as its requests do (QPInit.SendRetired).
+	localDone uint64
 
 	// Owned by the engine goroutine.
 	heapIdx  int  // index in the timer heap, -1 when not armed
@@ -788,8 +795,8 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 	c := s.q.sendCQ
 	if recv {
 		c = s.q.recvCQ
-	} else if f := s.q.init.SendRetired; f != nil {
-		f(s.q.q.SendRetired())
+	} else {
+		s.q.retired()
 	}
 	c.push(wc)
 	if c.sink == nil {
@@ -801,6 +808,14 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 		// A verbs call completing work (a QP moved to ERR): the caller
 		// holds the QP's lock, as engines do; completions are rare here.
 		c.sink.Publish()
+	}
+}
+
+// retired reports the send requests retired to QPInit.SendRetired; the
+// caller holds the QP's lock.
+func (q *QP) retired() {
+	if f := q.init.SendRetired; f != nil {
+		f(q.q.SendRetired() + q.localDone)
 	}
 }
 

@@ -91,6 +91,7 @@ var (
 	_ SRQ    = (*localSRQ)(nil)
 	_ AH     = (*localAH)(nil)
 	_ QP     = (*localQP)(nil)
+	_ MW     = (*localMW)(nil)
 )
 
 type localDevice struct {
@@ -167,6 +168,14 @@ func (l *localPD) CreateAH(attr AHAttr) (AH, error) {
 	return &localAH{ah: ah}, nil
 }
 
+func (l *localPD) AllocMW(t MWType) (MW, error) {
+	mw, err := l.pd.AllocMW(t)
+	if err != nil {
+		return nil, err
+	}
+	return &localMW{mw: mw}, nil
+}
+
 // CreateQP creates the QP on the stack CQs and SRQ under init's. A nil
 // CQ is left for the stack to refuse.
 func (l *localPD) CreateQP(init QPInit) (QP, error) {
@@ -235,6 +244,38 @@ func (l *localMR) Bytes() []byte                     { return l.mr.Bytes() }
 func (l *localMR) SGE(off uint64, length uint32) SGE { return l.mr.SGE(off, length) }
 func (l *localMR) Deregister() error                 { return l.mr.Deregister() }
 
+type localMW struct{ mw *stack.MW }
+
+func (l *localMW) RKey() uint32   { return l.mw.RKey() }
+func (l *localMW) Type() MWType   { return l.mw.Type() }
+func (l *localMW) Dealloc() error { return l.mw.Dealloc() }
+
+// StackMW returns the stack window under an MW of Local, or false.
+func StackMW(mw MW) (*stack.MW, bool) {
+	l, ok := mw.(*localMW)
+	if !ok || l == nil {
+		return nil, false
+	}
+	return l.mw, true
+}
+
+// stackBind converts a binding; false for a region of another
+// implementation.
+func stackBind(b *MWBind) (stack.MWBind, bool) {
+	s := stack.MWBind{Addr: b.Addr, Length: b.Length, Access: b.Access}
+	if b.MR == nil {
+		return s, true
+	}
+	mr, ok := b.MR.(*localMR)
+	if !ok {
+		return s, false
+	}
+	if mr != nil {
+		s.MR = mr.mr
+	}
+	return s, true
+}
+
 type localCQ struct{ c *stack.CQ }
 
 func (l *localCQ) Poll(wcs []WC) int              { return l.c.Poll(wcs) }
@@ -274,12 +315,25 @@ func (l *localQP) Destroy() error                           { return l.q.Destroy
 func (l *localQP) PostRecv(wr *RecvWR) error                { return l.q.PostRecv(wr) }
 func (l *localQP) PostRecvBatch(wrs []RecvWR) (int, error)  { return l.q.PostRecvBatch(wrs) }
 
+// BindMW binds the stack window under mw.
+func (l *localQP) BindMW(mw MW, id uint64, flags SendFlags, b MWBind) error {
+	w, ok := StackMW(mw)
+	if !ok {
+		return fmt.Errorf("bind mw: qp %#x: window %T is not a local one: %w", l.q.QPN(), mw, stack.ErrInvalidArg)
+	}
+	sb, ok := stackBind(&b)
+	if !ok {
+		return fmt.Errorf("bind mw: qp %#x: region %T is not a local one: %w", l.q.QPN(), b.MR, stack.ErrInvalidArg)
+	}
+	return l.q.BindMW(w, id, flags, sb)
+}
+
 // PostSend converts wr on the stack (the stack copies what it keeps) and
 // posts it.
 func (l *localQP) PostSend(wr *SendWR) error {
 	var s stack.SendWR
 	if !toStackWR(&s, wr) {
-		return fmt.Errorf("post send: qp %#x: %w", l.q.QPN(), foreignAH(wr.AH))
+		return fmt.Errorf("post send: qp %#x: %w", l.q.QPN(), foreign(wr))
 	}
 	return l.q.PostSend(&s)
 }
@@ -303,17 +357,29 @@ func (l *localQP) PostSendBatch(wrs []SendWR) (int, error) {
 	if err != nil || k == len(wrs) {
 		return n, err
 	}
-	return n, fmt.Errorf("post send: qp %#x: wr %d: %w", l.q.QPN(), k, foreignAH(wrs[k].AH))
+	return n, fmt.Errorf("post send: qp %#x: wr %d: %w", l.q.QPN(), k, foreign(&wrs[k]))
 }
 
-// toStackWR fills s from wr, or reports false when wr's address handle
-// is not a local one.
+// toStackWR fills s from wr, or reports false when wr's address handle,
+// window or region is not a local one.
 func toStackWR(s *stack.SendWR, wr *SendWR) bool {
 	*s = stack.SendWR{
 		ID: wr.ID, Op: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		Remote: wr.Remote, CompareAdd: wr.CompareAdd, Swap: wr.Swap, Inline: wr.Inline,
 		FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+	}
+	if wr.Op == stack.OpBindMW {
+		b, ok := stackBind(&wr.BindMW.MWBind)
+		if !ok {
+			return false
+		}
+		s.BindMW = stack.MWBindWR{RKey: wr.BindMW.RKey, MWBind: b}
+		if wr.BindMW.MW != nil {
+			if s.BindMW.MW, ok = StackMW(wr.BindMW.MW); !ok {
+				return false
+			}
+		}
 	}
 	if wr.AH == nil {
 		return true
@@ -328,6 +394,15 @@ func toStackWR(s *stack.SendWR, wr *SendWR) bool {
 	return true
 }
 
-func foreignAH(ah AH) error {
-	return fmt.Errorf("address handle %T is not a local one: %w", ah, stack.ErrInvalidArg)
+// foreign says which object of wr is not a local one.
+func foreign(wr *SendWR) error {
+	if wr.Op == stack.OpBindMW {
+		if _, ok := wr.BindMW.MW.(*localMW); !ok && wr.BindMW.MW != nil {
+			return fmt.Errorf("window %T is not a local one: %w", wr.BindMW.MW, stack.ErrInvalidArg)
+		}
+		if _, ok := stackBind(&wr.BindMW.MWBind); !ok {
+			return fmt.Errorf("region %T is not a local one: %w", wr.BindMW.MR, stack.ErrInvalidArg)
+		}
+	}
+	return fmt.Errorf("address handle %T is not a local one: %w", wr.AH, stack.ErrInvalidArg)
 }

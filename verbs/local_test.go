@@ -711,3 +711,68 @@ func checkNoEngines(t testing.TB) {
 	}
 	t.Fatalf("engine goroutines left after Close:\n%s", buf)
 }
+
+type fakeMW struct{}
+
+func (fakeMW) RKey() uint32       { return 0 }
+func (fakeMW) Type() verbs.MWType { return stack.MWType1 }
+func (fakeMW) Dealloc() error     { return nil }
+
+// TestMW: Local's windows are the stack's. A type 1 window bound with
+// QP.BindMW and a type 2 window with an OpBindMW request give a peer a
+// READ; a window of another implementation is refused.
+func TestMW(t *testing.T) {
+	da, db := openPair(t, 1500)
+	A, B := newSide(t, da, 1<<16), newSide(t, db, 1<<16)
+	qa, qb := A.qp(t, stack.RC, nil), B.qp(t, stack.RC, nil)
+	connect(t, qa, qb, da, db)
+	region, err := B.pd.RegisterMR(make([]byte, 4096), stack.AccessLocalWrite|stack.AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(region.Bytes(), 9)
+	mw1, err := B.pd.AllocMW(stack.MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw2, err := B.pd.AllocMW(stack.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := verbs.MWBind{MR: region, Addr: region.Addr(), Length: 4096, Access: stack.AccessRemoteRead}
+	if err := qb.BindMW(mw1, 1, stack.SendSignaled, bind); err != nil {
+		t.Fatal(err)
+	}
+	checkWC(t, "type 1 bind", pollN(t, B.cq, 1)[0], 1, stack.WCBindMW)
+	key2 := stack.IncRKey(mw2.RKey())
+	if err := qb.PostSend(&verbs.SendWR{ID: 2, Op: stack.OpBindMW, Flags: stack.SendSignaled,
+		BindMW: verbs.MWBindWR{MW: mw2, RKey: key2, MWBind: bind}}); err != nil {
+		t.Fatal(err)
+	}
+	checkWC(t, "type 2 bind", pollN(t, B.cq, 1)[0], 2, stack.WCBindMW)
+	if mw2.RKey() != key2 || mw1.Type() != stack.MWType1 {
+		t.Fatalf("r_key %#x, want %#x; type %d", mw2.RKey(), key2, mw1.Type())
+	}
+	for i, key := range []uint32{mw1.RKey(), key2} {
+		if err := qa.PostSend(&verbs.SendWR{ID: uint64(3 + i), Op: stack.OpRead, Flags: stack.SendSignaled,
+			SG: []verbs.SGE{A.mr.SGE(0, 64)}, Remote: verbs.RemoteAddr{Addr: region.Addr() + 64, RKey: key}}); err != nil {
+			t.Fatal(err)
+		}
+		checkWC(t, "read through a window", pollN(t, A.cq, 1)[0], uint64(3+i), stack.WCRDMARead)
+		if !bytes.Equal(A.buf[:64], region.Bytes()[64:128]) {
+			t.Fatal("data read through a window differs")
+		}
+	}
+	if err := qb.BindMW(fakeMW{}, 5, 0, bind); !errors.Is(err, stack.ErrInvalidArg) {
+		t.Errorf("BindMW of a foreign window: %v", err)
+	}
+	if err := qb.PostSend(&verbs.SendWR{ID: 6, Op: stack.OpBindMW, BindMW: verbs.MWBindWR{MW: fakeMW{}, MWBind: bind}}); !errors.Is(err, stack.ErrInvalidArg) ||
+		!strings.Contains(err.Error(), "window") {
+		t.Errorf("OpBindMW of a foreign window: %v", err)
+	}
+	for _, w := range []verbs.MW{mw1, mw2} {
+		if err := w.Dealloc(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

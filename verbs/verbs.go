@@ -38,6 +38,7 @@ type (
 	DeviceAttr = stack.DeviceAttr
 	Counters   = stack.Counters
 	RemoteAddr = stack.RemoteAddr
+	MWType     = stack.MWType
 )
 
 // Device is an open RDMA device (ibv_context).
@@ -70,7 +71,39 @@ type PD interface {
 	CreateQP(init QPInit) (QP, error)
 	CreateSRQ(init SRQInit) (SRQ, error)
 	CreateAH(attr AHAttr) (AH, error)
+	// AllocMW allocates an unbound memory window of type t
+	// (stack.MWType1 or stack.MWType2; ibv_alloc_mw).
+	AllocMW(t MWType) (MW, error)
 	Dealloc() error
+}
+
+// MW is a memory window (ibv_mw); see stack.MW. A type 1 window is
+// bound with QP.BindMW, a type 2 window with an OpBindMW work request
+// and unbound with OpLocalInv or a peer's SEND_WITH_INV. Binds and
+// invalidations take effect when they are posted, not in send-queue
+// order.
+type MW interface {
+	// RKey returns the window's R_Key: on the daemon, as of the last
+	// bind posted from this process.
+	RKey() uint32
+	Type() MWType
+	Dealloc() error
+}
+
+// MWBind is a window's binding (ibv_mw_bind_info); see stack.MWBind.
+type MWBind struct {
+	MR     MR
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
+// MWBindWR is the window, its new R_Key and the binding of an OpBindMW
+// work request (ibv_send_wr's bind_mw); see stack.MWBindWR.
+type MWBindWR struct {
+	MW   MW
+	RKey uint32
+	MWBind
 }
 
 // MR is a registered memory region (ibv_mr).
@@ -142,6 +175,7 @@ type SendWR struct {
 	AH         AH // UD
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	BindMW     MWBindWR // OpBindMW
 }
 
 // QP is a queue pair (ibv_qp).
@@ -161,5 +195,8 @@ type QP interface {
 	PostSendBatch(wrs []SendWR) (int, error)
 	PostRecv(wr *RecvWR) error
 	PostRecvBatch(wrs []RecvWR) (int, error)
+	// BindMW binds the type 1 window mw (ibv_bind_mw) with a new
+	// consumer key; see stack.QP.BindMW.
+	BindMW(mw MW, id uint64, flags SendFlags, b MWBind) error
 	Destroy() error
 }

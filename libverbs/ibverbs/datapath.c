@@ -165,9 +165,43 @@ static int send_op_check(const struct uv_qp *q, enum ibv_wr_opcode op)
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 	case IBV_WR_ATOMIC_WRITE:
 		return t == IBV_QPT_RC ? 0 : EINVAL;
-	default: /* LOCAL_INV, BIND_MW, TSO, DRIVER1 */
+	case IBV_WR_LOCAL_INV: /* as rdma_rxe: RC only */
+		if (t != IBV_QPT_RC || !(uv_ctx(q->qp.context)->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS))
+			return EINVAL;
+		return 0;
+	case IBV_WR_BIND_MW: /* as rdma_rxe: RC and UC */
+		if (t == IBV_QPT_UD || !(uv_ctx(q->qp.context)->attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW))
+			return EINVAL;
+		return 0;
+	default: /* TSO, DRIVER1 */
 		return EINVAL;
 	}
+}
+
+/*
+ * Fills slot s of a BIND_MW (SendSlot: the window's handle, new R_Key,
+ * address, length, access and the region's handle; no SGEs). The daemon
+ * binds it when it takes it from the ring, which may be before requests
+ * posted earlier have executed; a binding the window, the region or the
+ * QP do not allow completes with IBV_WC_MW_BIND_ERR and moves the QP to
+ * ERR. EINVAL for a window or region of another device or zero-based
+ * access.
+ */
+static int put_bind(const struct uv_qp *q, struct up_send_slot *s, const struct ibv_mw *mw, uint32_t rkey,
+		    const struct ibv_mw_bind_info *bi)
+{
+	if (!mw || !bi || mw->context != q->qp.context || (bi->mr && bi->mr->context != q->qp.context) ||
+	    (bi->mw_access_flags & IBV_ACCESS_ZERO_BASED))
+		return EINVAL;
+	s->ah = mw->handle;
+	s->rkey = rkey;
+	s->remote_addr = bi->addr;
+	s->compare_add = bi->length;
+	s->remote_qpn = bi->mr ? bi->mr->handle : 0;
+	s->remote_qkey = bi->mw_access_flags;
+	s->num_sge = 0;
+	s->flags &= ~IBV_SEND_INLINE;
+	return 0;
 }
 
 /* Whether opcode op reads or is an atomic: its data is where the response goes, never inline. */
@@ -225,6 +259,16 @@ static int put_send(struct uv_qp *q, const struct ibv_send_wr *wr, uint8_t *b)
 	if (err)
 		return err;
 	switch (wr->opcode) {
+	case IBV_WR_BIND_MW:
+		if ((err = put_bind(q, &s, wr->bind_mw.mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info)))
+			return err;
+		memcpy(b, &s, sizeof(s));
+		return 0;
+	case IBV_WR_LOCAL_INV: /* executed when the daemon takes it: no data */
+		s.imm = wr->invalidate_rkey;
+		s.flags &= ~IBV_SEND_INLINE;
+		memcpy(b, &s, sizeof(s));
+		return 0;
 	case IBV_WR_SEND_WITH_IMM:
 		s.imm = be32toh(wr->imm_data);
 		break;
@@ -560,14 +604,18 @@ static void wr_unsupported(struct uv_qp *q)
 
 static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
 {
-	(void)mw, (void)rkey, (void)info;
-	wr_unsupported(qpx_qp(x));
+	struct uv_qp *q = qpx_qp(x);
+	struct up_send_slot *s = wr_begin(q, IBV_WR_BIND_MW);
+	int err;
+	if (s && (err = put_bind(q, s, mw, rkey, info)))
+		wr_fail(q, err);
 }
 
 static void wr_local_inv(struct ibv_qp_ex *x, uint32_t invalidate_rkey)
 {
-	(void)invalidate_rkey;
-	wr_unsupported(qpx_qp(x));
+	struct up_send_slot *s = wr_begin(qpx_qp(x), IBV_WR_LOCAL_INV);
+	if (s)
+		s->imm = invalidate_rkey;
 }
 
 static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
@@ -613,11 +661,13 @@ uint64_t uv_send_ops(struct uv_context *c, enum ibv_qp_type t)
 		if (c->attr.atomic_cap != IBV_ATOMIC_NONE)
 			ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 		if (c->attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS)
-			ops |= IBV_QP_EX_WITH_SEND_WITH_INV;
+			ops |= IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV;
+		if (c->attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW)
+			ops |= IBV_QP_EX_WITH_BIND_MW;
 		return ops;
 	}
 	case IBV_QPT_UC:
-		return sends | writes;
+		return sends | writes | (c->attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW ? IBV_QP_EX_WITH_BIND_MW : 0);
 	case IBV_QPT_UD:
 		return sends;
 	default:

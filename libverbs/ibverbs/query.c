@@ -32,6 +32,7 @@ static void device_attr_from(struct ibv_device_attr *a, const struct up_device_a
 	a->max_cq = d->max_cq;
 	a->max_cqe = d->max_cqe;
 	a->max_mr = d->max_mr;
+	a->max_mw = d->max_mw;
 	a->max_pd = d->max_pd;
 	a->max_qp_rd_atom = d->max_qp_rd_atom;
 	a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
@@ -75,6 +76,7 @@ int uv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	if (err)
 		return err;
 	x.phys_port_cnt_ex = x.orig_attr.phys_port_cnt;
+	x.device_cap_flags_ex = x.orig_attr.device_cap_flags;
 	memcpy(attr, &x, len < sizeof(x) ? len : sizeof(x));
 	if (len > sizeof(x))
 		memset((char *)attr + sizeof(x), 0, len - sizeof(x));

@@ -755,17 +755,65 @@ int uv_ibv_destroy_ah_1_1(struct ibv_ah *ah)
 	return 0;
 }
 
-/* Memory windows are not supported; ibv_alloc_mw finds no alloc_mw and fails with EOPNOTSUPP. */
-static int uv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+/*
+ * Memory windows (SPEC.md, "Memory windows"): the daemon's windows,
+ * named by their handle (ibv_mw.handle). verbs.h's inline ibv_alloc_mw,
+ * ibv_dealloc_mw and ibv_bind_mw call these through ibv_context.ops.
+ */
+static struct ibv_mw *uv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	(void)qp, (void)mw, (void)bind;
-	return EOPNOTSUPP;
+	struct up_alloc_mw req = {.pd = pd->handle, .type = type};
+	struct up_alloc_mw_resp r;
+	struct ibv_mw *mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = uv_call(uv_ctx(pd->context), UP_OP_ALLOC_MW, &req, sizeof(req), -1, &r, sizeof(r), NULL);
+	if (err) {
+		free(mw);
+		errno = err;
+		return NULL;
+	}
+	mw->context = pd->context;
+	mw->pd = pd;
+	mw->rkey = r.rkey;
+	mw->handle = r.mw;
+	mw->type = type;
+	return mw;
 }
 
 static int uv_dealloc_mw(struct ibv_mw *mw)
 {
-	(void)mw;
-	return EOPNOTSUPP;
+	int err = uv_destroy_handle(uv_ctx(mw->context), UP_OP_DEALLOC_MW, mw->handle);
+	if (err && err != EIO) /* EIO: the daemon is gone, and the window with it */
+		return err;
+	free(mw);
+	return 0;
+}
+
+/*
+ * ibv_bind_mw of a type 1 window (verbs.h checked the type and the
+ * region's PD): the daemon binds it at once with the next consumer key,
+ * which mw->rkey then holds. EINVAL for a window or QP of another PD
+ * or a QP not in RTS; a binding the region does not allow completes
+ * with IBV_WC_MW_BIND_ERR and moves the QP to ERR, as on rdma_rxe.
+ */
+static int uv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
+{
+	const struct ibv_mw_bind_info *bi = &b->bind_info;
+	if (mw->context != qp->context || (bi->mr && bi->mr->context != qp->context) ||
+	    (bi->mw_access_flags & IBV_ACCESS_ZERO_BASED))
+		return errno = EINVAL;
+	struct up_bind_mw req = {.qp = ((struct uv_qp *)qp)->handle, .mw = mw->handle,
+				 .mr = bi->mr ? bi->mr->handle : 0, .flags = b->send_flags, .wr_id = b->wr_id,
+				 .addr = bi->addr, .length = bi->length, .access = bi->mw_access_flags};
+	struct up_bind_mw_resp r;
+	int err = uv_call(uv_ctx(qp->context), UP_OP_BIND_MW, &req, sizeof(req), -1, &r, sizeof(r), NULL);
+	if (err)
+		return errno = err;
+	mw->rkey = r.rkey;
+	return 0;
 }
 
 void uv_fill_ops(struct uv_context *c)
@@ -776,6 +824,7 @@ void uv_fill_ops(struct uv_context *c)
 	ops->post_send = uv_post_send;
 	ops->post_recv = uv_post_recv;
 	ops->post_srq_recv = uv_post_srq_recv;
+	ops->alloc_mw = uv_alloc_mw;
 	ops->bind_mw = uv_bind_mw;
 	ops->dealloc_mw = uv_dealloc_mw;
 	ops->_compat_query_device = (void *)ibv_query_device;

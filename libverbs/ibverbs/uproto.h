@@ -16,7 +16,7 @@
 #error "the uroce protocol is little-endian; this mirror reads it in place"
 #endif
 
-#define UP_VERSION 2
+#define UP_VERSION 3
 #define UP_MAX_MESSAGE (64 << 10)
 #define UP_HEADER_LEN 16
 
@@ -64,6 +64,9 @@ enum {
 	UP_OP_CM_GET_EVENT,
 	UP_OP_CM_INIT_QP_ATTR,
 	UP_OP_CM_ESTABLISH,
+	UP_OP_ALLOC_MW,
+	UP_OP_DEALLOC_MW,
+	UP_OP_BIND_MW,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -118,6 +121,8 @@ struct up_device_attr {
 	uint8_t atomic_cap;
 	uint32_t pad;
 	char fw_ver[64];
+	int32_t max_mw; /* version 3 */
+	uint32_t pad2;
 } UP_PACKED;
 
 struct up_port_req {
@@ -166,6 +171,34 @@ struct up_pkey_resp {
 
 struct up_handle {
 	uint32_t handle;
+	uint32_t pad;
+} UP_PACKED;
+
+struct up_alloc_mw {
+	uint32_t pd;
+	uint32_t type; /* ibv_mw_type */
+} UP_PACKED;
+
+struct up_alloc_mw_resp {
+	uint32_t mw;
+	uint32_t rkey;
+} UP_PACKED;
+
+/* A type 1 window's bind (ibv_bind_mw). */
+struct up_bind_mw {
+	uint32_t qp;
+	uint32_t mw;
+	uint32_t mr; /* 0: none */
+	uint32_t flags; /* ibv_send_flags */
+	uint64_t wr_id;
+	uint64_t addr;
+	uint64_t length;
+	uint32_t access;
+	uint32_t pad;
+} UP_PACKED;
+
+struct up_bind_mw_resp {
+	uint32_t rkey;
 	uint32_t pad;
 } UP_PACKED;
 
@@ -368,6 +401,8 @@ enum {
 	UP_WR_READ = 4,
 	UP_WR_COMPARE_SWAP = 5,
 	UP_WR_FETCH_ADD = 6,
+	UP_WR_LOCAL_INV = 7,
+	UP_WR_BIND_MW = 8,
 	UP_WR_SEND_WITH_INV = 9,
 };
 
@@ -376,14 +411,14 @@ struct up_send_slot {
 	uint8_t opcode;
 	uint8_t flags;
 	uint16_t num_sge;
-	uint32_t imm; /* imm_data or invalidate_rkey, host order */
-	uint64_t remote_addr;
-	uint32_t rkey;
-	uint32_t ah; /* UD: the AH handle */
-	uint64_t compare_add;
+	uint32_t imm; /* imm_data or invalidate_rkey (SEND_WITH_INV, LOCAL_INV), host order */
+	uint64_t remote_addr; /* BIND_MW: the window's address */
+	uint32_t rkey;        /* BIND_MW: the window's new R_Key */
+	uint32_t ah;          /* UD: the AH handle; BIND_MW: the window's handle */
+	uint64_t compare_add; /* BIND_MW: the window's length */
 	uint64_t swap;
-	uint32_t remote_qpn;
-	uint32_t remote_qkey;
+	uint32_t remote_qpn;  /* BIND_MW: the region's handle (0: none) */
+	uint32_t remote_qkey; /* BIND_MW: the window's access flags */
 	uint32_t inline_len;
 	uint32_t reserved;
 } UP_PACKED;
@@ -438,7 +473,11 @@ _Static_assert(sizeof(struct up_create_ah) == 44, "CreateAH");
 _Static_assert(sizeof(struct up_create_ah_resp) == 12, "CreateAHResp");
 _Static_assert(sizeof(struct up_index_req) == 8, "IndexReq");
 _Static_assert(sizeof(struct up_gid_resp) == 24, "GIDResp");
-_Static_assert(sizeof(struct up_device_attr) == 176, "DeviceAttr");
+_Static_assert(sizeof(struct up_device_attr) == 184, "DeviceAttr");
+_Static_assert(sizeof(struct up_alloc_mw) == 8, "AllocMW");
+_Static_assert(sizeof(struct up_alloc_mw_resp) == 8, "AllocMWResp");
+_Static_assert(sizeof(struct up_bind_mw) == 48, "BindMW");
+_Static_assert(sizeof(struct up_bind_mw_resp) == 8, "BindMWResp");
 _Static_assert(sizeof(struct up_port_attr) == 52, "PortAttr");
 _Static_assert(sizeof(struct up_pkey_resp) == 8, "PKeyResp");
 _Static_assert(sizeof(struct up_channel_resp) == 8, "ChannelResp");
@@ -455,6 +494,7 @@ _Static_assert(offsetof(struct up_device_attr, vendor_id) == 32, "DeviceAttr.Ven
 _Static_assert(offsetof(struct up_device_attr, max_inline) == 100, "DeviceAttr.MaxInline");
 _Static_assert(offsetof(struct up_device_attr, max_pkeys) == 104, "DeviceAttr.MaxPKeys");
 _Static_assert(offsetof(struct up_device_attr, fw_ver) == 112, "DeviceAttr.FWVer");
+_Static_assert(offsetof(struct up_device_attr, max_mw) == 176, "DeviceAttr.MaxMW");
 _Static_assert(offsetof(struct up_port_attr, pkey_tbl_len) == 24, "PortAttr.PKeyTblLen");
 _Static_assert(offsetof(struct up_port_attr, link_layer) == 38, "PortAttr.LinkLayer");
 _Static_assert(offsetof(struct up_port_attr, link_mtu) == 40, "PortAttr.LinkMTU");

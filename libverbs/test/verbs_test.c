@@ -63,7 +63,7 @@
 #define WATCHDOG_SECONDS 300
 
 /* The RC QPs each end creates, in the order the peers pair them. */
-enum { Q_MAIN, Q_INV, Q_WR, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, NQP };
+enum { Q_MAIN, Q_INV, Q_WR, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, Q_MW, Q_MW_ERR, NQP };
 
 static const char *prog = "verbs_test";
 static int timeout_ms = 5000;
@@ -1426,6 +1426,244 @@ static int case_rc_send_inv(void)
 	return r;
 }
 
+/*
+ * Memory windows, on QPs of their own (which the case leaves in ERR),
+ * where the server's device reports IBV_DEVICE_MEM_WINDOW and type 2
+ * windows. Over a region peers have no rights to (IBV_ACCESS_MW_BIND
+ * only) the server binds a type 1 window with ibv_bind_mw (a new
+ * consumer key in mw->rkey, IBV_WC_BIND_MW) and a type 2 window with
+ * IBV_WR_BIND_MW; the client WRITEs through the first and READs through
+ * the second, the data checked on both ends. The server then
+ * invalidates the type 2 window (IBV_WR_LOCAL_INV, where the device has
+ * the memory management extensions), after which a WRITE through it
+ * fails with IBV_WC_REM_ACCESS_ERR. The errors of binding:
+ * ibv_bind_mw of a type 2 window (EINVAL), a type 2 bind to a region
+ * without IBV_ACCESS_MW_BIND (IBV_WC_MW_BIND_ERR, on the other QP).
+ */
+#define MW_LEN 2048 /* each window, in the server's region at MW_OFF */
+
+static int mw_server_bind(struct ibv_qp *qp, struct ibv_mr *mr, struct ibv_mw **mw1, struct ibv_mw **mw2,
+			  uint32_t keys[2])
+{
+	uint8_t *win = E.buf + MW_OFF;
+	struct ibv_wc wc;
+	CHECK(E.attr.max_mw > 0, "max_mw %d with IBV_DEVICE_MEM_WINDOW", E.attr.max_mw);
+	*mw1 = ibv_alloc_mw(E.pd, IBV_MW_TYPE_1);
+	CHECK(*mw1, "ibv_alloc_mw(IBV_MW_TYPE_1): %s", strerror(errno));
+	*mw2 = ibv_alloc_mw(E.pd, IBV_MW_TYPE_2);
+	CHECK(*mw2, "ibv_alloc_mw(IBV_MW_TYPE_2): %s", strerror(errno));
+	CHECK((*mw1)->type == IBV_MW_TYPE_1 && (*mw2)->type == IBV_MW_TYPE_2 && (*mw1)->pd == E.pd &&
+		      (*mw1)->context == E.ctx && (*mw1)->rkey != (*mw2)->rkey,
+	      "ibv_alloc_mw: types %d %d, rkeys %#x %#x", (*mw1)->type, (*mw2)->type, (*mw1)->rkey, (*mw2)->rkey);
+	struct ibv_mw_bind b = {.wr_id = 70, .send_flags = IBV_SEND_SIGNALED,
+				.bind_info = {.mr = mr, .addr = (uintptr_t)win, .length = MW_LEN,
+					      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ}};
+	int e = ibv_bind_mw(qp, *mw2, &b);
+	CHECK(e == EINVAL, "ibv_bind_mw of a type 2 window: %s, want EINVAL", strerror(e));
+	uint32_t old = (*mw1)->rkey;
+	e = ibv_bind_mw(qp, *mw1, &b);
+	CHECK(e == 0, "ibv_bind_mw: %s", strerror(e));
+	if (expect_wc(E.err_cq, &wc, 70, IBV_WC_BIND_MW, "ibv_bind_mw"))
+		return -1;
+	CHECK((*mw1)->rkey == ibv_inc_rkey(old), "rkey %#x after ibv_bind_mw, want %#x", (*mw1)->rkey,
+	      ibv_inc_rkey(old));
+	struct ibv_send_wr wr = {.wr_id = 71, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.bind_mw.mw = *mw2;
+	wr.bind_mw.rkey = ibv_inc_rkey((*mw2)->rkey);
+	wr.bind_mw.bind_info = b.bind_info;
+	wr.bind_mw.bind_info.addr += MW_LEN;
+	e = ibv_post_send(qp, &wr, &bad);
+	CHECK(e == 0, "ibv_post_send(IBV_WR_BIND_MW): %s", strerror(e));
+	if (expect_wc(E.err_cq, &wc, 71, IBV_WC_BIND_MW, "IBV_WR_BIND_MW"))
+		return -1;
+	keys[0] = (*mw1)->rkey;
+	keys[1] = wr.bind_mw.rkey;
+	return 0;
+}
+
+/* The server's end of rc_mw: invalidation, then the bind the region refuses. */
+static int mw_server_errors(uint32_t key2, int *inv, struct ibv_mw **mw3)
+{
+	struct ibv_wc wc;
+	struct ibv_send_wr *bad;
+	char b[160];
+	if (E.attr.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS) {
+		struct ibv_send_wr wr = {.wr_id = 72, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED,
+					 .invalidate_rkey = key2};
+		int e = ibv_post_send(E.qp[Q_MW], &wr, &bad);
+		CHECK(e == 0, "ibv_post_send(IBV_WR_LOCAL_INV): %s", strerror(e));
+		if (expect_wc(E.err_cq, &wc, 72, IBV_WC_LOCAL_INV, "IBV_WR_LOCAL_INV"))
+			return -1;
+		*inv = 1;
+	}
+	*mw3 = ibv_alloc_mw(E.pd, IBV_MW_TYPE_2);
+	CHECK(*mw3, "ibv_alloc_mw(IBV_MW_TYPE_2): %s", strerror(errno));
+	struct ibv_send_wr wr = {.wr_id = 73, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+	wr.bind_mw.mw = *mw3;
+	wr.bind_mw.rkey = ibv_inc_rkey((*mw3)->rkey);
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){.mr = E.buf_mr, .addr = (uintptr_t)E.buf, .length = 64,
+							 .mw_access_flags = IBV_ACCESS_REMOTE_READ};
+	int e = ibv_post_send(E.qp[Q_MW_ERR], &wr, &bad);
+	CHECK(e == 0, "ibv_post_send(IBV_WR_BIND_MW) to a region without IBV_ACCESS_MW_BIND: %s", strerror(e));
+	if (poll_one(E.err_cq, &wc, "the refused bind"))
+		return -1;
+	CHECK(wc.wr_id == 73 && wc.status == IBV_WC_MW_BIND_ERR, "bind to a region without IBV_ACCESS_MW_BIND: %s; "
+	      "want status %s", wc_str(&wc, b, sizeof(b)), ibv_wc_status_str(IBV_WC_MW_BIND_ERR));
+	return 0;
+}
+
+/*
+ * The ibv_wr_* forms, on a QP of the server's own made with
+ * IBV_QP_EX_WITH_BIND_MW and IBV_QP_EX_WITH_LOCAL_INV (not run where
+ * ibv_create_qp_ex refuses them) and moved to RTS towards the client's
+ * second QP, which it never sends to (local operations send nothing):
+ * one batch of ibv_wr_bind_mw of a type 2 window and ibv_wr_local_inv
+ * of its key.
+ */
+static int mw_wr_api(struct ibv_mr *mr, int *ran)
+{
+	errno = 0;
+	struct ibv_qp *qp = create_qp_ex(IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW |
+							     IBV_QP_EX_WITH_LOCAL_INV, NULL);
+	if (!qp) {
+		CHECK(errno == EOPNOTSUPP, "ibv_create_qp_ex with IBV_QP_EX_WITH_BIND_MW and LOCAL_INV: %s",
+		      strerror(errno));
+		return 0;
+	}
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	struct ibv_mw *mw = NULL;
+	struct ibv_wc wc;
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	if (e == 0) {
+		a = rtr_attr(E.peer.qpn[Q_MW_ERR], 0);
+		e = modify(qp, IBV_QPS_RTR, RTR_MASK, &a);
+	}
+	if (e == 0) {
+		memset(&a, 0, sizeof(a));
+		a.timeout = 14, a.retry_cnt = 7, a.rnr_retry = 7, a.max_rd_atomic = 1;
+		e = modify(qp, IBV_QPS_RTS, RTS_MASK, &a);
+	}
+	int r = e ? failf("the ibv_wr_* QP to RTS: %s", strerror(e)) : x ? 0 : failf("ibv_qp_to_qp_ex: NULL");
+	if (r == 0 && !(mw = ibv_alloc_mw(E.pd, IBV_MW_TYPE_2)))
+		r = failf("ibv_alloc_mw(IBV_MW_TYPE_2): %s", strerror(errno));
+	if (r == 0) {
+		uint32_t key = ibv_inc_rkey(mw->rkey);
+		struct ibv_mw_bind_info bi = {.mr = mr, .addr = (uintptr_t)(E.buf + MW_OFF), .length = 64,
+					      .mw_access_flags = IBV_ACCESS_REMOTE_READ};
+		ibv_wr_start(x);
+		x->wr_id = 77;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_bind_mw(x, mw, key, &bi);
+		x->wr_id = 78;
+		ibv_wr_local_inv(x, key);
+		e = ibv_wr_complete(x);
+		r = e ? failf("ibv_wr_complete of ibv_wr_bind_mw and ibv_wr_local_inv: %s", strerror(e)) :
+			expect_wc(E.wr_cq, &wc, 77, IBV_WC_BIND_MW, "ibv_wr_bind_mw");
+		if (r == 0)
+			r = expect_wc(E.wr_cq, &wc, 78, IBV_WC_LOCAL_INV, "ibv_wr_local_inv");
+	}
+	if ((e = ibv_destroy_qp(qp)) && r == 0)
+		r = failf("ibv_destroy_qp: %s", strerror(e));
+	if (mw && (e = ibv_dealloc_mw(mw)) && r == 0)
+		r = failf("ibv_dealloc_mw: %s", strerror(e));
+	*ran = r == 0;
+	return r;
+}
+
+static int case_rc_mw(void)
+{
+	struct ibv_wc wc;
+	char b[160];
+	uint32_t keys[2] = {0, 0};
+	if (server) {
+		uint8_t *win = E.buf + MW_OFF;
+		int has = (E.attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
+			  (E.attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+		struct ibv_mw *mw1 = NULL, *mw2 = NULL, *mw3 = NULL;
+		struct ibv_mr *mr = NULL;
+		int r = 0, inv = 0;
+		memset(win, GUARD, 2 * MW_LEN);
+		fill(win + MW_LEN, MW_LEN, 72);
+		if (has) {
+			mr = ibv_reg_mr(E.pd, win, 2 * MW_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+			r = mr ? mw_server_bind(E.qp[Q_MW], mr, &mw1, &mw2, keys) :
+				 failf("ibv_reg_mr with IBV_ACCESS_MW_BIND: %s", strerror(errno));
+		}
+		uint32_t k1 = r == 0 ? keys[0] : 0, k2 = r == 0 ? keys[1] : 0;
+		sync_u32(&k1);
+		sync_u32(&k2);
+		uint8_t went = sync_peer(1); /* the client wrote and read */
+		if (r == 0 && has && went) {
+			long i = check_pat(win + 100, 256, 71);
+			if (i >= 0 || check_byte(win, 100, GUARD) >= 0 || check_byte(win + 356, MW_LEN - 356, GUARD) >= 0)
+				r = failf("the bytes written through the type 1 window differ (byte %ld)", i);
+		}
+		if (r == 0 && has)
+			r = mw_server_errors(keys[1], &inv, &mw3);
+		int wr_api = 0;
+		if (r == 0 && inv)
+			r = mw_wr_api(mr, &wr_api);
+		uint32_t v = r == 0 && inv;
+		sync_u32(&v);
+		sync_peer(1); /* the client's WRITE through the invalidated window */
+		if (r == 0 && inv && check_pat(win + MW_LEN, MW_LEN, 72) >= 0)
+			r = failf("a WRITE through the invalidated window changed the bytes");
+		struct ibv_mw *mws[] = {mw1, mw2, mw3};
+		for (int i = 0; i < 3; i++) {
+			int e = mws[i] ? ibv_dealloc_mw(mws[i]) : 0;
+			if (e && r == 0)
+				r = failf("ibv_dealloc_mw: %s", strerror(e));
+		}
+		if (mr && ibv_dereg_mr(mr) && r == 0)
+			r = failf("ibv_dereg_mr of the windows' region: %s", strerror(errno));
+		if (r == 0 && !has)
+			snprintf(note, sizeof(note), "no memory windows here: not run");
+		else if (r == 0 && !inv)
+			snprintf(note, sizeof(note), "no IBV_DEVICE_MEM_MGT_EXTENSIONS: no LOCAL_INV");
+		else if (r == 0 && !wr_api)
+			snprintf(note, sizeof(note), "no ibv_wr_bind_mw: ibv_create_qp_ex refuses IBV_QP_EX_WITH_BIND_MW");
+		return r;
+	}
+	sync_u32(&keys[0]);
+	sync_u32(&keys[1]);
+	int r = 0;
+	uint64_t w1 = E.peer.buf_addr + MW_OFF, w2 = w1 + MW_LEN;
+	struct ibv_qp *qp = E.qp[Q_MW];
+	if (keys[0]) {
+		fill(E.buf, 256, 71);
+		r = post(qp, IBV_WR_RDMA_WRITE, E.buf, 256, E.buf_mr->lkey, 74, w1 + 100, keys[0]) ?
+			    failf("ibv_post_send(WRITE): %s", strerror(errno)) :
+			    expect_wc(E.err_cq, &wc, 74, IBV_WC_RDMA_WRITE, "write through the type 1 window");
+		if (r == 0)
+			r = post(qp, IBV_WR_RDMA_READ, E.mm + 50000, MW_LEN, E.mm_mr->lkey, 75, w2, keys[1]) ?
+				    failf("ibv_post_send(READ): %s", strerror(errno)) :
+				    expect_wc(E.err_cq, &wc, 75, IBV_WC_RDMA_READ, "read through the type 2 window");
+		if (r == 0) {
+			long i = check_pat(E.mm + 50000, MW_LEN, 72);
+			if (i >= 0)
+				r = failf("byte %ld read through the type 2 window differs", i);
+		}
+	}
+	sync_peer(1);
+	uint32_t inv = 0;
+	sync_u32(&inv);
+	if (r == 0 && inv) {
+		int e = post(qp, IBV_WR_RDMA_WRITE, E.buf, 8, E.buf_mr->lkey, 76, w2, keys[1]);
+		r = e ? failf("ibv_post_send(WRITE): %s", strerror(e)) :
+			poll_one(E.err_cq, &wc, "write through the invalidated window");
+		if (r == 0 && (wc.wr_id != 76 || wc.status != IBV_WC_REM_ACCESS_ERR))
+			r = failf("a WRITE through the invalidated window: %s; want status %s", wc_str(&wc, b, sizeof(b)),
+				  ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	}
+	sync_peer(1);
+	if (r == 0 && !keys[0])
+		snprintf(note, sizeof(note), "the server has no memory windows: not run");
+	else if (r == 0 && !inv)
+		snprintf(note, sizeof(note), "the server invalidated nothing");
+	return r;
+}
+
 /* RDMA WRITE, WRITE_WITH_IMM and READ, client to server. */
 
 static int case_rc_write(void)
@@ -2743,6 +2981,7 @@ int main(int argc, char **argv)
 	RUN("rc_send_inline", case_rc_send_inline());
 	RUN("rc_send_sge", case_rc_send_sge());
 	RUN("rc_send_inv", case_rc_send_inv());
+	RUN("rc_mw", case_rc_mw());
 	RUN("rc_write", case_rc_write());
 	RUN("rc_write_list", case_rc_write_list());
 	RUN("rc_write_imm", case_rc_write_imm());
