@@ -319,54 +319,50 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // Receive handles one packet addressed to this QP: p is parsed, its ICRC
 // verified and its BTH DestQP equals QPN. Responses the responder owes
 // are sent before Receive returns (or kept for Pump when the Output is
-// full); requests the requester may now send wait for Pump.
-func (q *QP) Receive(now Time, p *bth.Packet) {
+// full); requests the requester may now send wait for Pump. A packet of
+// another transport than the QP's (a CNP is every QP's) is dropped, and
+// Receive reports false (the stack counts it in rcv_unsupported); it
+// reports true for every other packet.
+func (q *QP) Receive(now Time, p *bth.Packet) bool {
 	q.ctr.RcvdPkts++
 	if p == nil || p.Info == nil || !p.Info.Valid || p.BTHOff+bth.BTHLen > len(p.Frame) {
 		q.ctr.DroppedPkts++
-		return
+		return true
 	}
 	op := p.Opcode()
+	if op != bth.OpCNP && op.Transport() != q.typ.Transport() {
+		q.ctr.DroppedPkts++
+		return false
+	}
 	if op == bth.OpCNP {
 		q.cnpReceived(now)
-		return
+		return true
 	}
 	if q.state == StateReset || q.state == StateInit || q.state == StateErr {
 		q.ctr.DroppedPkts++
-		return
+		return true
 	}
 	if p.BTH().PKey()&0x7fff != q.pkey&0x7fff {
 		q.ctr.DroppedPkts++
-		return
+		return true
 	}
-	if p.ECN() == ecnCE && op.Transport() == q.typ.Transport() {
+	if p.ECN() == ecnCE {
 		q.congested(now, p)
 	}
 	switch q.typ {
 	case RC:
-		if op.Transport() != bth.TransportRC {
-			q.ctr.DroppedPkts++
-			return
-		}
 		if p.Info.Request {
 			q.respondRC(now, p)
 		} else {
 			q.complete(now, p)
 		}
 	case UC:
-		if op.Transport() != bth.TransportUC {
-			q.ctr.DroppedPkts++
-			return
-		}
 		q.respondUC(p)
 	case UD:
-		if op.Transport() != bth.TransportUD {
-			q.ctr.DroppedPkts++
-			return
-		}
 		q.receiveUD(p)
 	}
 	q.flushResp(q.caps.BatchAcks)
+	return true
 }
 
 // SendResponses sends the responses the QP owes now, an ACK that

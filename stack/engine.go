@@ -458,10 +458,6 @@ func (e *engine) input(f []byte, now Time) {
 		e.c.rcvUnknownQPN++
 		return
 	}
-	if tr != bth.TransportCNP && tr != q.init.Type.Transport() {
-		e.c.rcvUnsupported++
-		return
-	}
 	if q.eng != e {
 		// The NIC steered the frame to another queue than the QP's:
 		// hand a copy to the QP's engine.
@@ -491,8 +487,11 @@ func (e *engine) input(f []byte, now Time) {
 			return
 		}
 	}
+	if !q.q.Receive(now, p) {
+		e.c.rcvUnsupported++ // not of the QP's transport
+		return
+	}
 	e.c.rcvdPkts++
-	q.q.Receive(now, p)
 }
 
 // ours reports whether the packet's destination IP is one of ours.
