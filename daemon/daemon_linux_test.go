@@ -15,6 +15,7 @@ import (
 
 	"github.com/uroce/uroce/client"
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -35,7 +36,7 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	la, lb := pipe.New(pipe.Config{MTU: 9000})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	p := &pair{}
 	var err error
