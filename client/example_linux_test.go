@@ -9,6 +9,7 @@ import (
 
 	"github.com/uroce/uroce/client"
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -22,7 +23,7 @@ import (
 // /run/uroce/uroce0.sock and client.Open(ctx, "") connects to it.
 func Example() {
 	ctx := context.Background()
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	la, lb := pipe.New(pipe.Config{MTU: 1500})
 	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -28,7 +29,7 @@ type benchSide struct {
 
 func benchSides(b testing.TB, daemonPath bool, size int) *benchSide {
 	b.Helper()
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	la, lb := pipe.New(pipe.Config{MTU: 9000})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	busy := os.Getenv("UROCE_BUSY_POLL") != ""
 	da, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, BusyPoll: busy})

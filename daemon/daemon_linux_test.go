@@ -15,6 +15,7 @@ import (
 
 	"github.com/uroce/uroce/client"
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -41,7 +42,7 @@ func newPair(t *testing.T) *pair {
 // newPairLimits is newPair with device limits for b.
 func newPairLimits(t *testing.T, lim stack.Limits) *pair {
 	t.Helper()
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	la, lb := pipe.New(pipe.Config{MTU: 9000})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	p := &pair{}
 	var err error

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/stack"
 )
@@ -79,7 +80,7 @@ func FuzzHandle(f *testing.F) {
 		msg(proto.OpAllocMW, &proto.AllocMW{PD: 1, Type: 7})))
 	f.Add([]byte{})
 
-	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	la, _ := pipe.New(pipe.Config{MTU: 1500})
 	ip := netip.MustParseAddr("192.0.2.1")
 	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addrs: []netip.Addr{ip},
 		Neighbors: stack.StaticNeighbors{}})

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
@@ -363,7 +364,7 @@ func TestHostileRings(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	la, _ := pipe.New(pipe.Config{MTU: 1500})
 	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: macA, Addrs: nil})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/stack"
 )
@@ -20,7 +21,7 @@ import (
 // /proc/PID/mem could not be opened (a client of another user, a daemon
 // that is not root): EPERM, saying why and what to do.
 func TestRegMRProcessRefused(t *testing.T) {
-	la, _ := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	la, _ := pipe.New(pipe.Config{MTU: 1500})
 	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1},
 		Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Manual: true})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/mad"
 	"github.com/uroce/uroce/stack"
 )
@@ -41,11 +43,11 @@ type side struct {
 // losing drop of the frames it sends), with engines and agents running.
 func openPair(t testing.TB, drop float64) (A, B *side) {
 	t.Helper()
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 1500, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
 	var la, lb stack.Link = pa, pb
 	if drop > 0 {
-		la = stack.WithFaults(pa, stack.FaultConfig{Seed: 1, Drop: drop})
-		lb = stack.WithFaults(pb, stack.FaultConfig{Seed: 2, Drop: drop})
+		la = fault.Wrap(pa, fault.Config{Seed: 1, Drop: drop})
+		lb = fault.Wrap(pb, fault.Config{Seed: 2, Drop: drop})
 	}
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	mk := func(l stack.Link, mac [6]byte, ip netip.Addr) *side {

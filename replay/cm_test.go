@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 )
@@ -106,7 +107,7 @@ func TestCMNoListener(t *testing.T) {
 // cmPeer is a uroce device (B) at the far end of a pipe from the played
 // end (A, whose link is returned).
 func cmPeer(t *testing.T) (stack.Link, *stack.Device, [6]byte, [6]byte, netip.Addr, netip.Addr) {
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500})
 	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
 	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: macB, Addrs: []netip.Addr{ipB},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -130,7 +131,7 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	if cfg.Access == 0 {
 		cfg.Access = stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic
 	}
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: 9000, Slots: 1024})
+	pa, pb := pipe.New(pipe.Config{MTU: 9000, Slots: 1024})
 	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: cfg.Peer.MAC, Addrs: []netip.Addr{cfg.Peer.IP},
 		Neighbors: stack.StaticNeighbors{cfg.Local.IP: cfg.Local.MAC}, Name: "uroce_self"})
 	if err != nil {

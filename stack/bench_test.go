@@ -7,6 +7,10 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/uroce/uroce/internal/fifo"
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // Benchmarks over the pipe: two devices with their engine goroutines in
@@ -23,15 +27,15 @@ type benchConn struct {
 	mra, mrb *MR
 }
 
-func newBenchConn(b *testing.B, faults *FaultConfig, busyPoll bool, timeout uint8) *benchConn {
-	return newBenchConnCfg(b, PipeConfig{MTU: 9000}, 0, faults, busyPoll, timeout)
+func newBenchConn(b *testing.B, faults *fault.Config, busyPoll bool, timeout uint8) *benchConn {
+	return newBenchConnCfg(b, pipe.Config{MTU: 9000}, 0, faults, busyPoll, timeout)
 }
 
-func newBenchConnCfg(b *testing.B, pc PipeConfig, batch int, faults *FaultConfig, busyPoll bool, timeout uint8) *benchConn {
+func newBenchConnCfg(b *testing.B, pc pipe.Config, batch int, faults *fault.Config, busyPoll bool, timeout uint8) *benchConn {
 	return newBenchConnWin(b, pc, batch, 0, faults, busyPoll, timeout)
 }
 
-func newBenchConnWin(b *testing.B, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool, timeout uint8, mods ...func(*Config)) *benchConn {
+func newBenchConnWin(b *testing.B, pc pipe.Config, batch, window int, faults *fault.Config, busyPoll bool, timeout uint8, mods ...func(*Config)) *benchConn {
 	b.Helper()
 	c := &benchConn{}
 	c.da, c.db = openRunningCfg(b, pc, batch, window, faults, busyPoll, mods...)
@@ -132,7 +136,7 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 		}()
 	}
 	wcs := make([]WC, 64)
-	var sizes fifo[int]
+	var sizes fifo.Queue[int]
 	posted, done, inflight := 0, 0, 0
 	var ms0, ms1 runtime.MemStats
 	sent0 := c.da.Counters().SentPkts + c.db.Counters().SentPkts
@@ -155,7 +159,7 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 			}
 			posted += n
 			inflight++
-			sizes.push(k)
+			sizes.Push(k)
 		}
 		n := c.cqa.Poll(wcs)
 		if n == 0 {
@@ -169,7 +173,7 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 				ca, cb := c.da.Counters(), c.db.Counters()
 				b.Fatalf("completion: %v after %d of %d\nA: %v\nB: %v", wc.Status, done, b.N, ca.Map(), cb.Map())
 			}
-			done += sizes.pop()
+			done += sizes.Pop()
 			inflight--
 		}
 	}
@@ -207,7 +211,7 @@ func BenchmarkRCWrite64K(b *testing.B) {
 // of both directions lost: go-back-N, NAKs and loss probes recover, the
 // ACK timeout (67 ms) should not have to.
 func BenchmarkRCWrite64KDrop5(b *testing.B) {
-	c := newBenchConn(b, &FaultConfig{Seed: 1, Drop: 0.05}, false, 14)
+	c := newBenchConn(b, &fault.Config{Seed: 1, Drop: 0.05}, false, 14)
 	b.ReportAllocs()
 	c.run(b, OpWrite, 64<<10, 8, 8)
 }
@@ -219,7 +223,7 @@ func BenchmarkRCWrite64KDrop5(b *testing.B) {
 func BenchmarkRCWrite64KDCQCN(b *testing.B) {
 	for _, mode := range []string{"off", "on", "recovered"} {
 		b.Run(mode, func(b *testing.B) {
-			c := newBenchConnWin(b, PipeConfig{MTU: 9000}, 0, 0, nil, false, 14, func(cfg *Config) { cfg.NoDCQCN = mode == "off" })
+			c := newBenchConnWin(b, pipe.Config{MTU: 9000}, 0, 0, nil, false, 14, func(cfg *Config) { cfg.NoDCQCN = mode == "off" })
 			if mode == "recovered" {
 				c.qa.mu.Lock()
 				c.qa.q.Receive(c.da.clock.Now(), cnpFor(b, c.qa))
@@ -247,7 +251,7 @@ func BenchmarkRCRead64K(b *testing.B) {
 // both directions lost: a READ that lost responses is asked for again,
 // the others' responses are kept.
 func BenchmarkRCRead64KDrop5(b *testing.B) {
-	c := newBenchConn(b, &FaultConfig{Seed: 1, Drop: 0.05}, false, 14)
+	c := newBenchConn(b, &fault.Config{Seed: 1, Drop: 0.05}, false, 14)
 	b.ReportAllocs()
 	c.run(b, OpRead, 64<<10, 4, 4)
 }
@@ -273,11 +277,11 @@ func BenchmarkRCWrite64KWindow(b *testing.B) {
 	for _, win := range []int{0, -1, 4, 12, 32, 128} {
 		for _, drop := range []float64{0, 0.05} {
 			b.Run(fmt.Sprintf("win=%d/drop=%g", win, drop), func(b *testing.B) {
-				var fc *FaultConfig
+				var fc *fault.Config
 				if drop > 0 {
-					fc = &FaultConfig{Seed: 1, Drop: drop}
+					fc = &fault.Config{Seed: 1, Drop: drop}
 				}
-				c := newBenchConnWin(b, PipeConfig{MTU: 9000}, 0, win, fc, false, 14)
+				c := newBenchConnWin(b, pipe.Config{MTU: 9000}, 0, win, fc, false, 14)
 				b.ReportAllocs()
 				c.run(b, OpWrite, 64<<10, 8, 8)
 			})

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/uroce/uroce/link"
 	"github.com/uroce/uroce/qp"
 )
 
@@ -11,10 +12,9 @@ import (
 type Time = qp.Time
 
 // Clock tells the engine the time. Timers of the transport (ACK timeout,
-// RNR wait) are kept against it.
-type Clock interface {
-	Now() Time
-}
+// RNR wait) are kept against it. It is link.Clock: the device's clock
+// also times the links that hold frames (link.Dueer, link/fault).
+type Clock = link.Clock
 
 // monoClock is the default clock: monotonic time since its creation.
 type monoClock struct{ start time.Time }

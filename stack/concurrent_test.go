@@ -11,22 +11,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // openRunning opens two devices with engine goroutines, on real time,
 // joined by a pipe (wrapped with faults when given).
-func openRunning(t testing.TB, mtu int, faults *FaultConfig, busyPoll bool) (a, b *Device) {
-	return openRunningCfg(t, PipeConfig{MTU: mtu}, 0, 0, faults, busyPoll)
+func openRunning(t testing.TB, mtu int, faults *fault.Config, busyPoll bool) (a, b *Device) {
+	return openRunningCfg(t, pipe.Config{MTU: mtu}, 0, 0, faults, busyPoll)
 }
 
-func openRunningCfg(t testing.TB, pc PipeConfig, batch, window int, faults *FaultConfig, busyPoll bool, mods ...func(*Config)) (a, b *Device) {
+func openRunningCfg(t testing.TB, pc pipe.Config, batch, window int, faults *fault.Config, busyPoll bool, mods ...func(*Config)) (a, b *Device) {
 	t.Helper()
-	pa, pb := NewPipe(pc)
+	pa, pb := pipe.New(pc)
 	var la, lb Link = pa, pb
 	if faults != nil {
 		fb := *faults
 		fb.Seed ^= 0x5555
-		la, lb = WithFaults(pa, *faults), WithFaults(pb, fb)
+		la, lb = fault.Wrap(pa, *faults), fault.Wrap(pb, fb)
 	}
 	nb := StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB}
 	var err error
@@ -79,10 +82,10 @@ func TestConcurrentVerbs(t *testing.T) {
 // TestConcurrentVerbsLossy is the same over a lossy pipe on real time.
 func TestConcurrentVerbsLossy(t *testing.T) {
 	t.Cleanup(func() { checkNoGoroutines(t) })
-	runConcurrent(t, &FaultConfig{Seed: 7, Drop: 0.02, Dup: 0.01, Reorder: 0.01, Corrupt: 0.001}, 4, 50)
+	runConcurrent(t, &fault.Config{Seed: 7, Drop: 0.02, Dup: 0.01, Reorder: 0.01, Corrupt: 0.001}, 4, 50)
 }
 
-func runConcurrent(t *testing.T, faults *FaultConfig, workers, rounds int) {
+func runConcurrent(t *testing.T, faults *fault.Config, workers, rounds int) {
 	if longTests() {
 		rounds *= 10
 	}

@@ -28,7 +28,7 @@ type Config struct {
 	// socket and an engine to queues 0 to Queues-1 (0: all of them).
 	Queues int
 	// WrapLink, when set, wraps each link opened on Interface (queue is
-	// its number), for example with WithFaults.
+	// its number), for example with fault.Wrap (package link/fault).
 	WrapLink func(queue int, l Link) Link
 
 	// Link is the one link queue of the device (a pipe end, or a queue

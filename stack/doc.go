@@ -86,10 +86,12 @@
 //
 // # Links
 //
-// Link is the batch frame I/O interface. NewPipe joins two devices in
-// memory; WithFaults wraps any link with seeded loss, duplication,
-// reordering, corruption and delay. An AF_XDP queue implements the same
-// interface (Config.Interface).
+// Link is the batch frame I/O interface (package link; stack.Link is the
+// same type). An AF_XDP queue implements it (Config.Interface); pipe.New
+// (package link/pipe) joins two devices in memory; fault.Wrap (package
+// link/fault) wraps any link with seeded loss, duplication, reordering,
+// corruption, delay and CE marking. A link that holds frames until a
+// time (link.Dueer) tells the engine when.
 //
 // # Time
 //

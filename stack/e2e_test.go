@@ -7,30 +7,33 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // simPair is two Manual devices on one fake clock joined by a pipe.
 type simPair struct {
 	clock  *FakeClock
 	a, b   *Device
-	fa, fb *FaultLink // nil without faults
+	fa, fb *fault.Link // nil without faults
 	trace  []string
 }
 
-func newSimPair(t testing.TB, mtu int, faults *FaultConfig) *simPair {
+func newSimPair(t testing.TB, mtu int, faults *fault.Config) *simPair {
 	return newSimPairWin(t, mtu, faults, 0)
 }
 
-func newSimPairWin(t testing.TB, mtu int, faults *FaultConfig, window int) *simPair {
+func newSimPairWin(t testing.TB, mtu int, faults *fault.Config, window int) *simPair {
 	t.Helper()
 	s := &simPair{clock: NewFakeClock(time.Second)}
-	pa, pb := NewPipe(PipeConfig{MTU: mtu, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: mtu, Slots: 512})
 	var la, lb Link = pa, pb
 	if faults != nil {
 		fa, fb := *faults, *faults
 		fa.Clock, fb.Clock = s.clock, s.clock
 		fb.Seed = faults.Seed ^ 0x5555
-		s.fa, s.fb = WithFaults(pa, fa), WithFaults(pb, fb)
+		s.fa, s.fb = fault.Wrap(pa, fa), fault.Wrap(pb, fb)
 		la, lb = s.fa, s.fb
 	}
 	if traceOn() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/spin"
+	"github.com/uroce/uroce/link"
 	"github.com/uroce/uroce/pfc"
 )
 
@@ -94,7 +95,7 @@ func (p *engineCountersAtomic) publish(c *engineCounters) {
 func newEngine(d *Device, id int, l Link) *engine {
 	e := &engine{dev: d, id: id, link: l, clock: d.clock, done: make(chan struct{})}
 	n := d.cfg.Batch
-	e.frameMax = maxFrameLen(d.cfg.MTU)
+	e.frameMax = link.MaxFrameLen(d.cfg.MTU)
 	e.stash.size, e.stash.max = e.frameMax, stashFrames
 	e.rx = make([][]byte, n)
 	e.tx = make([][]byte, n)
@@ -216,7 +217,7 @@ func (e *engine) nextDeadline() (Time, bool) {
 	if e.timers.len() > 0 {
 		t, ok = e.timers.min().deadline, true
 	}
-	if d, k := dueOf(e.link); k && (!ok || d < t) {
+	if d, k := link.Due(e.link); k && (!ok || d < t) {
 		t, ok = d, true
 	}
 	if e.pausing {

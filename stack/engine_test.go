@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/qp"
 )
 
 // TestEngineIngressChecks feeds crafted frames to a device through a pipe
 // and checks what it delivers and counts.
 func TestEngineIngressChecks(t *testing.T) {
-	peer, l := NewPipe(PipeConfig{MTU: 1500})
+	peer, l := pipe.New(pipe.Config{MTU: 1500})
 	clock := NewFakeClock(0)
 	d := openManual(t, l, macB, []netip.Addr{ipB}, clock)
 	S := newSide(t, d, 1<<16, 64)
@@ -153,7 +155,7 @@ func TestEngineAddrCheck(t *testing.T) {
 		BTH: bth.BTHFields{Opcode: bth.OpWriteOnly, PKey: 0xffff, DestQP: qb.QPN(), PSN: 0}, VA: B.mr.Addr(), RKey: B.mr.RKey(), DMALen: 4}
 	b := make([]byte, 200)
 	n, _ := bth.Encode(b, &h, []byte{1, 2, 3, 4})
-	pipeA := s.a.engines[0].link.(*Pipe)
+	pipeA := s.a.engines[0].link.(*pipe.End)
 	pipeA.Transmit([][]byte{b[:n]})
 	for s.b.Step() {
 	}
@@ -224,7 +226,7 @@ func TestResponsesLeaveDuringReceiveBatch(t *testing.T) {
 		{10, 4096, 3}, // 4 + 4 + 2 frames of 4 KiB
 	} {
 		clock := NewFakeClock(0)
-		pa, pb := NewPipe(PipeConfig{MTU: 9000})
+		pa, pb := pipe.New(pipe.Config{MTU: 9000})
 		lb := &callLink{Link: pb}
 		da := openManualWin(t, pa, macA, []netip.Addr{ipA}, clock, -1) // all in one batch
 		db := openManual(t, lb, macB, []netip.Addr{ipB}, clock)
@@ -268,7 +270,7 @@ func TestSendWindowConfig(t *testing.T) {
 	// The port's MTU is 1024 (a 1500-byte link), the path MTU too.
 	for _, c := range []struct{ win, first int }{{8, 8}, {0, qp.DefaultSendWindow >> 10}, {-1, 100}, {1, 1}} {
 		clock := NewFakeClock(0)
-		pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 512})
+		pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
 		da := openManualWin(t, pa, macA, []netip.Addr{ipA}, clock, c.win)
 		db := openManual(t, pb, macB, []netip.Addr{ipB}, clock)
 		A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
@@ -297,7 +299,7 @@ func TestSendWindowConfig(t *testing.T) {
 // requests, go-back-N) allocates nothing per packet either, once the
 // buffers for kept requests exist.
 func TestEngineNoAllocsLossy(t *testing.T) {
-	s := newSimPair(t, 9000, &FaultConfig{Seed: 3, Drop: 0.05})
+	s := newSimPair(t, 9000, &fault.Config{Seed: 3, Drop: 0.05})
 	A, B := newSide(t, s.a, 1<<20, 256), newSide(t, s.b, 1<<20, 256)
 	qa, qb := A.qp(t, RC), B.qp(t, RC)
 	connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite)

@@ -5,13 +5,15 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // TestErrorsWrappedOnce checks that a verbs error names its operation
 // and QP once: each layer adds only what it knows.
 func TestErrorsWrappedOnce(t *testing.T) {
 	clock := NewFakeClock(0)
-	pa, _ := NewPipe(PipeConfig{MTU: 1500, Slots: 64})
+	pa, _ := pipe.New(pipe.Config{MTU: 1500, Slots: 64})
 	d := openManual(t, pa, macA, []netip.Addr{ipA}, clock)
 	A := newSide(t, d, 4096, 16)
 	q := A.qp(t, RC)

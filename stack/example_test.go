@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -13,7 +14,7 @@ import (
 // through AF_XDP instead.
 func Example() {
 	ctx := context.Background()
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 1500})
+	la, lb := pipe.New(pipe.Config{MTU: 1500})
 	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
 	a, _ := stack.Open(ctx, stack.Config{Link: la, MAC: macA, Addrs: []netip.Addr{ipA},

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // Once MR.Deregister or QP.Destroy returns, no engine reads or writes
@@ -35,7 +37,7 @@ type fencePair struct {
 func newFencePair(t *testing.T) *fencePair {
 	t.Helper()
 	f := &fencePair{}
-	f.a, f.b = openRunningCfg(t, PipeConfig{MTU: 9000}, 0, 0, nil, false)
+	f.a, f.b = openRunningCfg(t, pipe.Config{MTU: 9000}, 0, 0, nil, false)
 	t.Cleanup(func() {
 		f.a.Close()
 		f.b.Close()

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/bpf"
+	"github.com/uroce/uroce/link"
 	"github.com/uroce/uroce/xdp"
 )
 
@@ -105,7 +106,7 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 
 	// A frame larger than a chunk less the kernel's XDP headroom
 	// arrives in several descriptors.
-	multi := maxFrameLen(li.mtu) > xdp.ChunkSize-256
+	multi := link.MaxFrameLen(li.mtu) > xdp.ChunkSize-256
 	for q := 0; q < queues; q++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -122,13 +123,13 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 			s.Close()
 			return nil, err
 		}
-		var link Link = l
+		var ql Link = l
 		if cfg.WrapLink != nil {
 			if w := cfg.WrapLink(q, l); w != nil {
-				link = w
+				ql = w
 			}
 		}
-		c.links = append(c.links, link)
+		c.links = append(c.links, ql)
 		if err := c.prog.Register(q, s.FD()); err != nil {
 			return nil, err
 		}

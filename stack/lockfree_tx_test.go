@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // lockCheckLink fails the test when its device's engine transmits while
@@ -38,7 +40,7 @@ func (l *lockCheckLink) Transmit(frames [][]byte) int {
 // out in the middle of a receive batch.
 func TestTransmitWithoutQPLock(t *testing.T) {
 	clock := NewFakeClock(0)
-	pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 4096})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 4096})
 	la, lb := &lockCheckLink{Link: pa, t: t}, &lockCheckLink{Link: pb, t: t}
 	s := &simPair{clock: clock}
 	s.a = openManual(t, la, macA, []netip.Addr{ipA}, clock)

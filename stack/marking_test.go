@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 )
 
 func TestMarkingTrafficClass(t *testing.T) {
@@ -49,7 +51,7 @@ func TestMarkingConfig(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrInvalidArg", m, err)
 		}
 	}
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	if _, err := Open(t.Context(), Config{Link: a, MAC: macA, Manual: true, Marking: Marking{DSCP: 70}}); !errors.Is(err, ErrInvalidArg) {
 		t.Errorf("open with dscp 70: %v", err)
 	}
@@ -83,14 +85,14 @@ func (l *tosLink) Receive(frames [][]byte) int {
 }
 
 // TestCongestionNotification: A's WRITEs leave with DSCP 26 and ECT(0);
-// a switch marks them CE on the way to B (a FaultLink with MarkCE); B
+// a switch marks them CE on the way to B (a fault.Link with MarkCE); B
 // counts them and sends A CNPs (DSCP 48, ECT(0)), which A's QP counts;
 // the data arrives intact. B's ACKs, unmarked, get no CNP.
 func TestCongestionNotification(t *testing.T) {
 	clock := NewFakeClock(time.Second)
-	pa, pb := NewPipe(PipeConfig{MTU: 4200, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 4200, Slots: 512})
 	ra := &tosLink{Link: pa, tos: map[bth.Opcode]map[uint8]int{}}
-	rb := &tosLink{Link: WithFaults(pb, FaultConfig{Seed: 1, MarkCE: 0.5, Dir: FaultReceive, Clock: clock}),
+	rb := &tosLink{Link: fault.Wrap(pb, fault.Config{Seed: 1, MarkCE: 0.5, Dir: fault.Receive, Clock: clock}),
 		tos: map[bth.Opcode]map[uint8]int{}}
 	s := &simPair{clock: clock}
 	s.a = openManual(t, ra, macA, []netip.Addr{ipA, ip6A}, clock)
@@ -123,7 +125,7 @@ func TestCongestionNotification(t *testing.T) {
 		t.Fatal("the data differs")
 	}
 	ca, cb := qa.Counters(), qb.Counters()
-	marked := rb.Link.(*FaultLink).Stats().MarkedCE
+	marked := rb.Link.(*fault.Link).Stats().MarkedCE
 	if marked == 0 || cb.NPECNMarked != marked || cb.NPCNPSent == 0 || cb.NPCNPSent > marked {
 		t.Errorf("B: %d frames marked CE, %d counted, %d CNPs sent", marked, cb.NPECNMarked, cb.NPCNPSent)
 	}
@@ -144,45 +146,6 @@ func TestCongestionNotification(t *testing.T) {
 	}
 	if ra.badIP+rb.badIP != 0 {
 		t.Errorf("%d frames with a bad IPv4 header checksum", ra.badIP+rb.badIP)
-	}
-}
-
-// TestMarkCE: the fault link marks ECN-capable IPv4 and IPv6 frames CE,
-// tagged or not, keeping the IPv4 header checksum right and the ICRC
-// (which masks the traffic class) valid; Not-ECT frames are left alone.
-func TestMarkCE(t *testing.T) {
-	pa, _ := NewPipe(PipeConfig{})
-	fl := WithFaults(pa, FaultConfig{MarkCE: 1})
-	for _, c := range []struct {
-		src, dst netip.Addr
-		vlan     bool
-		tc, want uint8
-	}{
-		{ipA, ipB, false, 26<<2 | 2, 26<<2 | 3},
-		{ipA, ipB, true, 26<<2 | 1, 26<<2 | 3},
-		{ipA, ipB, false, 26 << 2, 26 << 2}, // Not-ECT: not marked
-		{ip6A, ip6B, false, 46<<2 | 2, 46<<2 | 3},
-		{ip6A, ip6B, true, 0, 0},
-	} {
-		h := &bth.Headers{L2L3: bth.L2L3{SrcMAC: macA, DstMAC: macB, SrcIP: c.src, DstIP: c.dst, TrafficClass: c.tc,
-			HasVLAN: c.vlan, VLANTCI: 3<<13 | 100}, BTH: bth.BTHFields{Opcode: bth.OpSendOnly, PKey: 0xffff, DestQP: 0x11}}
-		buf := make([]byte, h.FrameLen(32))
-		n, err := bth.Encode(buf, h, make([]byte, 32))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fl.markCE(buf[:n])
-		var p bth.Packet
-		if err := bth.Parse(buf[:n], &p); err != nil {
-			t.Fatal(err)
-		}
-		if p.TrafficClass() != c.want || !p.IPv4ChecksumOK() || !p.ICRCOK() {
-			t.Errorf("%v vlan %v tc %#x: now %#x, ip checksum ok %v, icrc ok %v", c.src, c.vlan, c.tc,
-				p.TrafficClass(), p.IPv4ChecksumOK(), p.ICRCOK())
-		}
-	}
-	if got := fl.Stats().MarkedCE; got != 3 {
-		t.Errorf("%d frames counted marked, want 3", got)
 	}
 }
 
@@ -234,9 +197,9 @@ func (l *tciLink) Receive(frames [][]byte) int {
 // Priorities map changes the DSCP's.
 func TestVLANTagging(t *testing.T) {
 	clock := NewFakeClock(time.Second)
-	pa, pb := NewPipe(PipeConfig{MTU: 4200, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 4200, Slots: 512})
 	ra := &tciLink{Link: pa, tci: map[bth.Opcode]map[uint16]int{}}
-	rb := &tciLink{Link: WithFaults(pb, FaultConfig{Seed: 1, MarkCE: 1, Dir: FaultReceive, Clock: clock}),
+	rb := &tciLink{Link: fault.Wrap(pb, fault.Config{Seed: 1, MarkCE: 1, Dir: fault.Receive, Clock: clock}),
 		tci: map[bth.Opcode]map[uint16]int{}}
 	var prio [64]uint8
 	for i := range prio {

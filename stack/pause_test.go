@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/pfc"
 )
 
@@ -36,7 +37,7 @@ func (l *sendLog) Transmit(frames [][]byte) int {
 // and malformed ones are ignored.
 func TestPFCHoldsTransmission(t *testing.T) {
 	clock := NewFakeClock(time.Second)
-	pa, pb := NewPipe(PipeConfig{MTU: 4200, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 4200, Slots: 512})
 	la := &sendLog{Link: pa, clock: clock}
 	open := func(l Link, mac [6]byte, addrs []netip.Addr) *Device {
 		d, err := Open(context.Background(), Config{Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock,

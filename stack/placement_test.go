@@ -3,13 +3,15 @@ package stack
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/uroce/uroce/link/fault"
 )
 
 // ATOMIC_WRITE, FLUSH and a READ of what was written, between two
 // devices over the pipe, on a clean link and on one that drops,
 // duplicates and reorders (duplicates are answered, not executed twice).
 func TestPlacementOps(t *testing.T) {
-	for _, faults := range []*FaultConfig{nil, {Seed: 7, Drop: 0.1, Dup: 0.1, Reorder: 0.1}} {
+	for _, faults := range []*fault.Config{nil, {Seed: 7, Drop: 0.1, Dup: 0.1, Reorder: 0.1}} {
 		s := newSimPair(t, 1500, faults)
 		A := newSide(t, s.a, 1<<16, 64)
 		B := newSide(t, s.b, 1<<16, 64)

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // postPoller posts wr on q when it finds pending set, as the daemon's
@@ -82,7 +84,7 @@ func TestPollerPostsInItsStep(t *testing.T) {
 // sleeps, Device.Wake wakes it to poll, and after RemovePoller no engine
 // calls the poller again.
 func TestPollerSleepAndWake(t *testing.T) {
-	pa, pb := NewPipe(PipeConfig{MTU: 9000, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 9000, Slots: 512})
 	nb := StaticNeighbors{ipA: macA, ipB: macB}
 	da, err := Open(context.Background(), Config{Link: pa, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, IdleSpin: -1})
 	if err != nil {

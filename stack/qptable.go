@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/uroce/uroce/internal/fifo"
 )
 
 // firstQPN is the first QPN handed out; QP0 and QP1 (the GSI QP of
@@ -17,7 +19,7 @@ type qpTable struct {
 	gsi   atomic.Pointer[QP] // QPN 1, outside the numbered slots
 	mu    sync.Mutex
 	slots atomic.Pointer[[]atomic.Pointer[QP]] // index qpn-firstQPN
-	free  fifo[uint32]                         // released indices, reused oldest first
+	free  fifo.Queue[uint32]                   // released indices, reused oldest first
 	next  uint32                               // first index never used
 	max   int
 	live  int
@@ -44,11 +46,11 @@ func (t *qpTable) add(q *QP) error {
 	var idx uint32
 	// Fresh numbers first, so that a destroyed QP's number comes back
 	// as late as possible and its stray packets find nobody.
-	if int(t.next) < t.max || t.free.len() == 0 {
+	if int(t.next) < t.max || t.free.Len() == 0 {
 		idx = t.next
 		t.next++
 	} else {
-		idx = t.free.pop()
+		idx = t.free.Pop()
 	}
 	s := t.slots.Load()
 	if s == nil || int(idx) >= len(*s) {
@@ -88,7 +90,7 @@ func (t *qpTable) remove(q *QP) {
 		return
 	}
 	(*s)[idx].Store(nil)
-	t.free.push(idx)
+	t.free.Push(idx)
 	t.live--
 }
 

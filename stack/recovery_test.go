@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // dropLink drops the transmitted frames for which drop returns true.
@@ -37,7 +39,7 @@ func (l *dropLink) Transmit(frames [][]byte) int {
 // counter (rdma_rxe ignores them while its retry is under way).
 func TestReadResponseLossRecovers(t *testing.T) {
 	clock := NewFakeClock(0)
-	pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
 	dropped := 0
 	lb := &dropLink{Link: pb, drop: func(p *bth.Packet) bool {
 		if p.Opcode() == bth.OpReadRespMiddle && dropped == 0 {
@@ -70,7 +72,7 @@ func TestReadResponseLossRecovers(t *testing.T) {
 // must not be charged to the retry counter again.
 func TestAtomicAckLossRecovers(t *testing.T) {
 	clock := NewFakeClock(0)
-	pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 512})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
 	dropped := 0
 	lb := &dropLink{Link: pb, drop: func(p *bth.Packet) bool {
 		if p.Opcode() == bth.OpAtomicAck && dropped < 2 {
@@ -136,7 +138,7 @@ func TestNoRetransmitAfterAck(t *testing.T) {
 	clock := NewFakeClock(0)
 	// The engine's batch (64 frames) and the pipe (16) hold fewer than
 	// the 100 packets to resend; no send window holds them back.
-	pa, pb := NewPipe(PipeConfig{MTU: 1500, Slots: 16})
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 16})
 	la, lb := &holdLink{Link: pa}, &holdLink{Link: pb, hold: true}
 	s := &simPair{clock: clock}
 	s.a = openManualWin(t, la, macA, []netip.Addr{ipA}, clock, -1)
@@ -188,7 +190,7 @@ func TestNoRetransmitAfterAck(t *testing.T) {
 // a gap: little is sent twice, and its engine gets its buffers back.
 func TestLossyWritesWithoutAckTimeout(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		s := newSimPair(t, 9000, &FaultConfig{Seed: seed, Drop: 0.05})
+		s := newSimPair(t, 9000, &fault.Config{Seed: seed, Drop: 0.05})
 		A, B := newSide(t, s.a, 4<<20, 256), newSide(t, s.b, 4<<20, 256)
 		qa, qb := A.qp(t, RC), B.qp(t, RC)
 		connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite)
@@ -230,7 +232,7 @@ func TestLossyWritesWithoutAckTimeout(t *testing.T) {
 // hold buffers of its engine until they run, or until the QP goes.
 func TestDestroyReturnsKeptRequests(t *testing.T) {
 	clock := NewFakeClock(0)
-	pa, pb := NewPipe(PipeConfig{MTU: 9000, Slots: 64})
+	pa, pb := pipe.New(pipe.Config{MTU: 9000, Slots: 64})
 	lost := false
 	first := func(p *bth.Packet) bool { // lose the first request
 		if lost || !p.Info.Request {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/internal/fifo"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/qp"
 )
 
@@ -44,7 +46,7 @@ type simNode struct {
 	rcq    *CQ
 	srq    *SRQ
 	free   []int
-	quar   fifo[quarantined]
+	quar   fifo.Queue[quarantined]
 	byQPN  map[uint32]*simEnd
 	srqBuf map[uint64]int // SRQ receive id -> chunk
 }
@@ -128,8 +130,8 @@ func patternOK(b []byte, id uint64) bool {
 func (n *simNode) chunk(i int) []byte { return n.buf[i*simChunk : (i+1)*simChunk] }
 
 func (n *simNode) alloc(now Time) int {
-	for n.quar.len() > 0 && n.quar.peek().until <= now {
-		n.free = append(n.free, n.quar.pop().chunk)
+	for n.quar.Len() > 0 && n.quar.Peek().until <= now {
+		n.free = append(n.free, n.quar.Pop().chunk)
 	}
 	if len(n.free) == 0 {
 		return -1
@@ -142,7 +144,7 @@ func (n *simNode) alloc(now Time) int {
 // release quarantines a chunk: a stray late frame (UC accepts a stale
 // message start) must not land in a chunk already reused.
 func (n *simNode) release(c int, now Time) {
-	n.quar.push(quarantined{c, now + 5*time.Millisecond})
+	n.quar.Push(quarantined{c, now + 5*time.Millisecond})
 }
 
 func TestSimulation(t *testing.T) {
@@ -176,7 +178,7 @@ func TestSimulation(t *testing.T) {
 					t.Logf("replay: UROCE_SIM_SEED=%d UROCE_SIM_OPS=%d go test -run 'TestSimulation' ./stack", seed, ops)
 				}
 			})
-			fc := FaultConfig{Seed: seed, Drop: 0.05, Dup: 0.01, Reorder: 0.01, Corrupt: 0.001}
+			fc := fault.Config{Seed: seed, Drop: 0.05, Dup: 0.01, Reorder: 0.01, Corrupt: 0.001}
 			if v := os.Getenv("UROCE_SIM_FAULTS"); v != "" {
 				// drop,dup,reorder,corrupt probabilities, e.g. 0.05,0,0,0
 				if _, err := fmt.Sscanf(v, "%g,%g,%g,%g", &fc.Drop, &fc.Dup, &fc.Reorder, &fc.Corrupt); err != nil {
@@ -199,7 +201,7 @@ func TestSimulationLossless(t *testing.T) {
 	}
 }
 
-func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
+func runSim(t *testing.T, seed uint64, total int, faults *fault.Config) *sim {
 	r := rand.New(rand.NewPCG(seed, 0x51))
 	mtu := []int{1500, 9000}[r.IntN(2)]
 	window := []int{0, 0, -1, 8, 32, 200}[r.IntN(6)]
@@ -291,7 +293,7 @@ func runSim(t *testing.T, seed uint64, total int, faults *FaultConfig) *sim {
 	}
 	if faults != nil {
 		for i, n := range sm.nodes {
-			peer := []*FaultLink{sm.s.fb, sm.s.fa}[i]
+			peer := []*fault.Link{sm.s.fb, sm.s.fa}[i]
 			c := n.dev.Counters()
 			if c.RcvICRCErr != peer.Stats().Corrupted {
 				t.Errorf("%s: rcv_icrc_err %d, peer corrupted %d frames", n.name, c.RcvICRCErr, peer.Stats().Corrupted)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/qp"
 )
 
@@ -34,7 +35,7 @@ func openManualWin(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock 
 }
 
 func TestOpenValidation(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	ctx := context.Background()
 	for name, cfg := range map[string]Config{
 		"no link":       {MAC: macA},
@@ -56,7 +57,7 @@ func TestOpenValidation(t *testing.T) {
 }
 
 func TestGIDTableAndQuery(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{MTU: 1500})
+	a, _ := pipe.New(pipe.Config{MTU: 1500})
 	d := openManual(t, a, [6]byte{0x52, 0x54, 0, 0, 2, 1}, []netip.Addr{ip6A, ipA, netip.MustParseAddr("198.51.100.7")}, nil)
 	want := []string{"fe80::5054:ff:fe00:201", "::ffff:192.0.2.1", "::ffff:198.51.100.7", "2001:db8::a"}
 	gids := d.GIDs()
@@ -92,7 +93,7 @@ func TestGIDTableAndQuery(t *testing.T) {
 }
 
 func TestMRKeysBoundsAccess(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
 	pd, _ := d.AllocPD()
 	pd2, _ := d.AllocPD()
@@ -206,7 +207,7 @@ func TestMRKeysBoundsAccess(t *testing.T) {
 }
 
 func TestMRLookupNoAllocs(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
 	pd, _ := d.AllocPD()
 	mr, _ := pd.RegisterMR(make([]byte, 1<<16), AccessLocalWrite|AccessRemoteWrite)
@@ -219,7 +220,7 @@ func TestMRLookupNoAllocs(t *testing.T) {
 }
 
 func TestCQPollWaitOverrun(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
 	if _, err := d.CreateCQ(0); !errors.Is(err, ErrInvalidArg) {
 		t.Errorf("cq of 0: %v", err)
@@ -310,7 +311,7 @@ func TestCQPollWaitOverrun(t *testing.T) {
 }
 
 func TestCQPushNoAllocs(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
 	cq, _ := d.CreateCQ(16)
 	wcs := make([]WC, 16)
@@ -324,7 +325,7 @@ func TestCQPushNoAllocs(t *testing.T) {
 }
 
 func TestAH(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{})
+	a, _ := pipe.New(pipe.Config{})
 	d := openManual(t, a, macA, []netip.Addr{ipA, ip6A}, nil)
 	pd, _ := d.AllocPD()
 	ah, err := pd.CreateAH(AHAttr{DGID: netip.AddrFrom16(ipB.As16()), SGIDIndex: 1, TrafficClass: 0x02})
@@ -478,10 +479,10 @@ func TestCounterNames(t *testing.T) {
 }
 
 func TestQPVerbsErrors(t *testing.T) {
-	a, _ := NewPipe(PipeConfig{MTU: 1500})
+	a, _ := pipe.New(pipe.Config{MTU: 1500})
 	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
 	S := newSide(t, d, 4096, 16)
-	cqOther, _ := openManual(t, func() Link { x, _ := NewPipe(PipeConfig{}); return x }(), macB, nil, nil).CreateCQ(4)
+	cqOther, _ := openManual(t, func() Link { x, _ := pipe.New(pipe.Config{}); return x }(), macB, nil, nil).CreateCQ(4)
 	for name, init := range map[string]QPInit{
 		"no cq":       {Type: RC, MaxSendWR: 1, MaxRecvWR: 1},
 		"bad type":    {Type: 9, SendCQ: S.cq, RecvCQ: S.cq, MaxSendWR: 1, MaxRecvWR: 1},
@@ -612,8 +613,8 @@ func TestSRQ(t *testing.T) {
 // engines must hand the frames to each other.
 func TestMultiQueueSteering(t *testing.T) {
 	clock := NewFakeClock(0)
-	a0, b1 := NewPipe(PipeConfig{MTU: 9000})
-	a1, b0 := NewPipe(PipeConfig{MTU: 9000})
+	a0, b1 := pipe.New(pipe.Config{MTU: 9000})
+	a1, b0 := pipe.New(pipe.Config{MTU: 9000})
 	nb := StaticNeighbors{ipA: macA, ipB: macB}
 	da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: true, Clock: clock})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/uroce/uroce/internal/demo"
 	"github.com/uroce/uroce/internal/netns"
 	"github.com/uroce/uroce/internal/netns/netnstest"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/xdp"
 )
@@ -27,7 +28,7 @@ type xdpStats interface {
 
 // vethDevices opens a device on each end of p, with faults on what each
 // transmits when fc is not nil. It returns the raw AF_XDP links too.
-func vethDevices(t *testing.T, p *netns.Pair, cfg stack.Config, fc *stack.FaultConfig) (a, b *stack.Device, la, lb []xdpStats) {
+func vethDevices(t *testing.T, p *netns.Pair, cfg stack.Config, fc *fault.Config) (a, b *stack.Device, la, lb []xdpStats) {
 	t.Helper()
 	wrap := func(links *[]xdpStats, seed uint64) func(int, stack.Link) stack.Link {
 		return func(q int, l stack.Link) stack.Link {
@@ -37,7 +38,7 @@ func vethDevices(t *testing.T, p *netns.Pair, cfg stack.Config, fc *stack.FaultC
 			}
 			c := *fc
 			c.Seed = seed + uint64(q)
-			return stack.WithFaults(l, c)
+			return fault.Wrap(l, c)
 		}
 	}
 	ca, cb := cfg, cfg
@@ -68,10 +69,10 @@ func sumStats(t *testing.T, links []xdpStats) xdp.Stats {
 // 4096: multi-buffer AF_XDP frames), with and without injected faults.
 func TestVethOperations(t *testing.T) {
 	netnstest.RequireAFXDP(t)
-	faults := &stack.FaultConfig{Drop: 0.01, Dup: 0.01, Reorder: 0.01, Corrupt: 0.01}
+	faults := &fault.Config{Drop: 0.01, Dup: 0.01, Reorder: 0.01, Corrupt: 0.01}
 	for _, mtu := range []int{1500, 9000} {
 		for _, v6 := range []bool{false, true} {
-			for _, fc := range []*stack.FaultConfig{nil, faults} {
+			for _, fc := range []*fault.Config{nil, faults} {
 				name := fmt.Sprintf("mtu%d/ipv6=%v/faults=%v", mtu, v6, fc != nil)
 				t.Run(name, func(t *testing.T) {
 					p := vethPair(t, mtu)

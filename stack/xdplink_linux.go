@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uroce/uroce/link"
 	"github.com/uroce/uroce/xdp"
 )
 
@@ -62,7 +63,7 @@ func newXDPLink(s *xdp.Socket, queue, mtu int) (*xdpLink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create eventfd for queue %d: %w", queue, err)
 	}
-	return &xdpLink{sock: s, queue: queue, mtu: mtu, maxLen: maxFrameLen(mtu), efd: efd}, nil
+	return &xdpLink{sock: s, queue: queue, mtu: mtu, maxLen: link.MaxFrameLen(mtu), efd: efd}, nil
 }
 
 // Receive implements Link.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -31,7 +32,7 @@ const gidIndex = 1
 // of IP MTU mtu and returns their verbs, closed when the test ends.
 func openPair(t testing.TB, mtu int) (a, b verbs.Device) {
 	t.Helper()
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: mtu, Slots: 256})
+	pa, pb := pipe.New(pipe.Config{MTU: mtu, Slots: 256})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	open := func(l stack.Link, mac [6]byte, ip netip.Addr) verbs.Device {
 		d, err := stack.Open(context.Background(), stack.Config{Link: l, MAC: mac, Addrs: []netip.Addr{ip}, Neighbors: nb})

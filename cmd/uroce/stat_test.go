@@ -12,6 +12,7 @@ import (
 
 	"github.com/uroce/uroce/client"
 	"github.com/uroce/uroce/daemon"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/proto"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
@@ -24,7 +25,7 @@ func statDaemons(t *testing.T) (sockA, sockB string) {
 	t.Helper()
 	macA, macB := [6]byte{2, 0, 0, 0, 0, 0xa}, [6]byte{2, 0, 0, 0, 0, 0xb}
 	ipA, ipB := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	la, lb := stack.NewPipe(stack.PipeConfig{MTU: 9000})
+	la, lb := pipe.New(pipe.Config{MTU: 9000})
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	dir := t.TempDir()
 	serve := func(link stack.Link, mac [6]byte, ip netip.Addr, sock string) {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 	"github.com/uroce/uroce/xdp"
@@ -47,8 +48,8 @@ type DeviceFlags struct {
 	// Congestion is the device's ECN and DSCP marking.
 	Congestion CongestionFlags
 
-	links  []stack.Link       // as opened on the interface
-	faults []*stack.FaultLink // the fault-injecting wrappers
+	links  []stack.Link  // as opened on the interface
+	faults []*fault.Link // the fault-injecting wrappers
 }
 
 // Register adds the flags to fs: -d/--ib-dev/--dev names the interface
@@ -170,16 +171,16 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
 		f.links = append(f.links, l)
 		if f.Faulty() {
-			wrap := func(fc stack.FaultConfig) {
-				fl := stack.WithFaults(l, fc)
+			wrap := func(fc fault.Config) {
+				fl := fault.Wrap(l, fc)
 				f.faults = append(f.faults, fl)
 				l = fl
 			}
 			if f.RxDrop > 0 || f.RxCE > 0 {
-				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32 + 1, Drop: f.RxDrop, MarkCE: f.RxCE, Dir: stack.FaultReceive})
+				wrap(fault.Config{Seed: f.Seed + uint64(q)<<32 + 1, Drop: f.RxDrop, MarkCE: f.RxCE, Dir: fault.Receive})
 			}
 			if f.Drop > 0 || f.Dup > 0 || f.Reorder > 0 || f.CE > 0 {
-				wrap(stack.FaultConfig{Seed: f.Seed + uint64(q)<<32, Drop: f.Drop, Dup: f.Dup, Reorder: f.Reorder, MarkCE: f.CE})
+				wrap(fault.Config{Seed: f.Seed + uint64(q)<<32, Drop: f.Drop, Dup: f.Dup, Reorder: f.Reorder, MarkCE: f.CE})
 			}
 		}
 		return l

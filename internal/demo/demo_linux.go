@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uroce/uroce/internal/netns"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/xdp"
 )
@@ -83,7 +84,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 	type end struct {
 		dev    *stack.Device
-		faults []*stack.FaultLink
+		faults []*fault.Link
 		links  []xdpStatser
 	}
 	open := func(ns *netns.Namespace, ifname string, seed uint64) (*end, error) {
@@ -96,7 +97,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 				if !o.Faulty() {
 					return l
 				}
-				f := stack.WithFaults(l, stack.FaultConfig{Seed: seed + uint64(q), Drop: o.Drop, Dup: o.Dup,
+				f := fault.Wrap(l, fault.Config{Seed: seed + uint64(q), Drop: o.Drop, Dup: o.Dup,
 					Reorder: o.Reorder, Corrupt: o.Corrupt})
 				e.faults = append(e.faults, f)
 				return f
@@ -127,7 +128,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.CountersA, rep.CountersB = a.dev.Counters(), b.dev.Counters()
 	for _, x := range []struct {
 		e  *end
-		fs *stack.FaultStats
+		fs *fault.Stats
 		xs *xdp.Stats
 	}{{a, &rep.FaultsA, &rep.XDPA}, {b, &rep.FaultsB, &rep.XDPB}} {
 		for _, f := range x.e.faults {
@@ -146,7 +147,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	return rep, nil
 }
 
-func addFaults(d *stack.FaultStats, s stack.FaultStats) {
+func addFaults(d *fault.Stats, s fault.Stats) {
 	d.Frames += s.Frames
 	d.Dropped += s.Dropped
 	d.Duplicated += s.Duplicated

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 )
 
@@ -19,14 +21,14 @@ var (
 
 // pipePair opens two devices joined by an in-memory pipe, with faults on
 // both transmit directions when fc is not nil.
-func pipePair(t *testing.T, mtu int, fc *stack.FaultConfig) (a, b *stack.Device, fa, fb *stack.FaultLink) {
+func pipePair(t *testing.T, mtu int, fc *fault.Config) (a, b *stack.Device, fa, fb *fault.Link) {
 	t.Helper()
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: mtu, Slots: 1024})
+	pa, pb := pipe.New(pipe.Config{MTU: mtu, Slots: 1024})
 	var la, lb stack.Link = pa, pb
 	if fc != nil {
 		ca, cb := *fc, *fc
 		cb.Seed++
-		fa, fb = stack.WithFaults(pa, ca), stack.WithFaults(pb, cb)
+		fa, fb = fault.Wrap(pa, ca), fault.Wrap(pb, cb)
 		la, lb = fa, fb
 	}
 	nb := stack.StaticNeighbors{}
@@ -50,11 +52,11 @@ func TestExercisePipe(t *testing.T) {
 		name string
 		mtu  int
 		v6   bool
-		fc   *stack.FaultConfig
+		fc   *fault.Config
 	}{
 		{"ipv4-1500", 1500, false, nil},
 		{"ipv6-9000", 9000, true, nil},
-		{"faults", 1500, false, &stack.FaultConfig{Seed: 3, Drop: 0.02, Dup: 0.02, Reorder: 0.02, Corrupt: 0.02}},
+		{"faults", 1500, false, &fault.Config{Seed: 3, Drop: 0.02, Dup: 0.02, Reorder: 0.02, Corrupt: 0.02}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b, fa, _ := pipePair(t, c.mtu, c.fc)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/xdp"
 )
@@ -47,7 +48,7 @@ type Report struct {
 	PathMTU                stack.MTU
 	Results                []OpResult
 	CountersA, CountersB   stack.Counters
-	FaultsA, FaultsB       stack.FaultStats
+	FaultsA, FaultsB       fault.Stats
 	XDPA, XDPB             xdp.Stats
 	Elapsed                time.Duration
 }
@@ -121,7 +122,7 @@ func (r *Report) Write(w io.Writer) {
 	if r.Faulty() {
 		for _, s := range []struct {
 			name string
-			f    *stack.FaultStats
+			f    *fault.Stats
 		}{{"A", &r.FaultsA}, {"B", &r.FaultsB}} {
 			fmt.Fprintf(w, "  faults by %s: %d frames, %d dropped, %d duplicated, %d reordered, %d corrupted\n",
 				s.name, s.f.Frames, s.f.Dropped, s.f.Duplicated, s.f.Reordered, s.f.Corrupted)

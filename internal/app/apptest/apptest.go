@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/internal/oob"
+	"github.com/uroce/uroce/link/fault"
+	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
 )
@@ -27,21 +29,21 @@ var (
 // verbs (verbs.StackDevice gives the stack devices back).
 type Pair struct {
 	A, B   verbs.Device
-	FA, FB *stack.FaultLink // nil without faults
+	FA, FB *fault.Link // nil without faults
 }
 
 // NewPair opens two devices with IP MTU mtu joined by a pipe; faults, when
 // not nil, harm what each side transmits (seeded differently per side).
 // The devices are closed when the test ends.
-func NewPair(t testing.TB, mtu int, faults *stack.FaultConfig) *Pair {
+func NewPair(t testing.TB, mtu int, faults *fault.Config) *Pair {
 	t.Helper()
-	pa, pb := stack.NewPipe(stack.PipeConfig{MTU: mtu, Slots: 1024})
+	pa, pb := pipe.New(pipe.Config{MTU: mtu, Slots: 1024})
 	var la, lb stack.Link = pa, pb
 	p := &Pair{}
 	if faults != nil {
 		fa, fb := *faults, *faults
 		fb.Seed ^= 0x5bd1e995
-		p.FA, p.FB = stack.WithFaults(pa, fa), stack.WithFaults(pb, fb)
+		p.FA, p.FB = fault.Wrap(pa, fa), fault.Wrap(pb, fb)
 		la, lb = p.FA, p.FB
 	}
 	nb := stack.StaticNeighbors{IPA: MACA, IPB: MACB}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/uroce/uroce/client"
 	"github.com/uroce/uroce/daemon"
-	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/verbs"
 )
 
 // NewDaemonPair is NewPair with each device served by a uroce daemon: A
 // and B are clients of the daemons, as a tool run with --daemon has.
-func NewDaemonPair(t testing.TB, mtu int, faults *stack.FaultConfig) *Pair {
+func NewDaemonPair(t testing.TB, mtu int, faults *fault.Config) *Pair {
 	t.Helper()
 	p := NewPair(t, mtu, faults)
 	dir, err := os.MkdirTemp("", "uroce-apptest-")

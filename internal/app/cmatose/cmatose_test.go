@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/internal/app/apptest"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
 	"github.com/uroce/uroce/verbs"
@@ -32,7 +33,7 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-func pair(t *testing.T, faults *stack.FaultConfig) (a, b *stack.Device) {
+func pair(t *testing.T, faults *fault.Config) (a, b *stack.Device) {
 	p := apptest.NewPair(t, 1500, faults)
 	a, _ = verbs.StackDevice(p.A)
 	b, _ = verbs.StackDevice(p.B)
@@ -100,7 +101,7 @@ func TestCmatose(t *testing.T) {
 // TestCmatoseLoss: 20 % of the frames lost both ways, the CM MADs among
 // them; every connection still comes up once and every message arrives.
 func TestCmatoseLoss(t *testing.T) {
-	a, b := pair(t, &stack.FaultConfig{Seed: 7, Drop: 0.2})
+	a, b := pair(t, &fault.Config{Seed: 7, Drop: 0.2})
 	both(t, false, a, b, Config{Connections: 2, Count: 20, Size: 1000})
 }
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/uroce/uroce/internal/app/apptest"
 	pt "github.com/uroce/uroce/internal/oob/perftest"
-	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/link/fault"
 )
 
 type side struct {
@@ -431,7 +431,7 @@ func TestLossyPipe(t *testing.T) {
 		{pt.SendLat, 3000, 50},
 	} {
 		t.Run(tc.tool.String(), func(t *testing.T) {
-			p := apptest.NewPair(t, 1500, &stack.FaultConfig{Seed: uint64(tc.tool) + 3, Drop: 0.03, Dup: 0.02, Reorder: 0.02})
+			p := apptest.NewPair(t, 1500, &fault.Config{Seed: uint64(tc.tool) + 3, Drop: 0.03, Dup: 0.02, Reorder: 0.02})
 			cfg := Config{Tool: tc.tool, Size: tc.size, Iters: tc.iters, GIDIndex: AutoGID, Verify: true, QPTimeout: 8}
 			s, c := runPair(t, p, cfg, cfg)
 			if s.err != nil || c.err != nil {

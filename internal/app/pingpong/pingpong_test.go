@@ -13,7 +13,7 @@ import (
 
 	"github.com/uroce/uroce/internal/app/apptest"
 	pp "github.com/uroce/uroce/internal/oob/pingpong"
-	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/link/fault"
 )
 
 type side struct {
@@ -128,7 +128,7 @@ func TestToolsOverPipe(t *testing.T) {
 func TestLossyPipe(t *testing.T) {
 	for _, tool := range []pp.Tool{pp.RC, pp.SRQ} {
 		t.Run(tool.String(), func(t *testing.T) {
-			p := apptest.NewPair(t, 1500, &stack.FaultConfig{Seed: 7, Drop: 0.05, Dup: 0.02, Reorder: 0.02})
+			p := apptest.NewPair(t, 1500, &fault.Config{Seed: 7, Drop: 0.05, Dup: 0.02, Reorder: 0.02})
 			cfg := Config{Tool: tool, Size: 2500, Iters: 40, NumQP: 1, GIDIndex: AutoGID, Check: true, Verify: true}
 			s, c := runPair(t, p, cfg, cfg)
 			if s.err != nil || c.err != nil {
@@ -162,7 +162,7 @@ func TestVerifyCatchesMismatch(t *testing.T) {
 // TestRetryExceededIsReported: when nothing gets through, the client
 // gives up after seven retries and prints the status as the tools do.
 func TestRetryExceededIsReported(t *testing.T) {
-	p := apptest.NewPair(t, 1500, &stack.FaultConfig{Seed: 1, Drop: 1})
+	p := apptest.NewPair(t, 1500, &fault.Config{Seed: 1, Drop: 1})
 	cfg := Config{Tool: pp.RC, Size: 64, Iters: 1, GIDIndex: AutoGID}
 	s, c := runPair(t, p, cfg, cfg)
 	if !errors.Is(c.err, ErrStatus) {

@@ -1,59 +1,16 @@
-package stack
+package pipe
 
 import (
 	"bytes"
-	"encoding/binary"
-	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/frametest"
 )
-
-// testFrame builds a valid RoCEv2 UD SEND_ONLY frame whose payload carries
-// seq, from macA/ipA to macB/ipB, to QPN dqpn.
-func testFrame(t testing.TB, seq uint32, dqpn uint32, payloadLen int) []byte {
-	t.Helper()
-	h := bth.Headers{
-		L2L3: bth.L2L3{
-			DstMAC: macB, SrcMAC: macA,
-			SrcIP: ipA, DstIP: ipB, SrcPort: 0xc000,
-		},
-		BTH:   bth.BTHFields{Opcode: bth.OpUDSendOnly, PKey: 0xffff, DestQP: dqpn, PSN: bth.MakePSN(seq)},
-		QKey:  0x11111111,
-		SrcQP: 0x11,
-	}
-	payload := make([]byte, max(payloadLen, 4))
-	binary.BigEndian.PutUint32(payload, seq)
-	buf := make([]byte, h.FrameLen(len(payload)))
-	n, err := bth.Encode(buf, &h, payload)
-	if err != nil {
-		t.Fatalf("encode: %v", err)
-	}
-	return buf[:n]
-}
-
-var (
-	macA = [6]byte{0x02, 0, 0, 0, 0, 0x0a}
-	macB = [6]byte{0x02, 0, 0, 0, 0, 0x0b}
-	ipA  = netip.MustParseAddr("192.0.2.1")
-	ipB  = netip.MustParseAddr("192.0.2.2")
-	ip6A = netip.MustParseAddr("2001:db8::a")
-	ip6B = netip.MustParseAddr("2001:db8::b")
-)
-
-// frameSeq returns the sequence number testFrame put in f, or -1.
-func frameSeq(f []byte) int {
-	var p bth.Packet
-	if bth.Parse(f, &p) != nil || len(p.Payload()) < 4 {
-		return -1
-	}
-	return int(binary.BigEndian.Uint32(p.Payload()))
-}
 
 func TestPipeOrderAndCopy(t *testing.T) {
-	a, b := NewPipe(PipeConfig{MTU: 1500, Slots: 8})
-	f := testFrame(t, 7, 0x11, 100)
+	a, b := New(Config{MTU: 1500, Slots: 8})
+	f := frametest.UD(t, 7, 0x11, 100)
 	orig := append([]byte(nil), f...)
 	if n := a.Transmit([][]byte{f}); n != 1 {
 		t.Fatalf("transmit took %d", n)
@@ -71,13 +28,13 @@ func TestPipeOrderAndCopy(t *testing.T) {
 	// Order over many frames, through ring wrap-around.
 	next := 0
 	for i := 0; i < 100; i++ {
-		frames := [][]byte{testFrame(t, uint32(2*i), 0x11, 10), testFrame(t, uint32(2*i+1), 0x11, 10)}
+		frames := [][]byte{frametest.UD(t, uint32(2*i), 0x11, 10), frametest.UD(t, uint32(2*i+1), 0x11, 10)}
 		if n := a.Transmit(frames); n != 2 {
 			t.Fatalf("transmit took %d", n)
 		}
 		n := b.Receive(rx)
 		for _, g := range rx[:n] {
-			if s := frameSeq(g); s != next {
+			if s := frametest.Seq(g); s != next {
 				t.Fatalf("got frame %d, want %d", s, next)
 			}
 			next++
@@ -93,10 +50,10 @@ func TestPipeOrderAndCopy(t *testing.T) {
 }
 
 func TestPipeBackpressure(t *testing.T) {
-	a, b := NewPipe(PipeConfig{MTU: 1500, Slots: 4})
+	a, b := New(Config{MTU: 1500, Slots: 4})
 	frames := make([][]byte, 6)
 	for i := range frames {
-		frames[i] = testFrame(t, uint32(i), 0x11, 10)
+		frames[i] = frametest.UD(t, uint32(i), 0x11, 10)
 	}
 	if n := a.Transmit(frames); n != 4 {
 		t.Fatalf("transmit into 4 slots took %d", n)
@@ -125,8 +82,8 @@ func TestPipeBackpressure(t *testing.T) {
 }
 
 func TestPipeOversizeAndClose(t *testing.T) {
-	a, b := NewPipe(PipeConfig{MTU: 500})
-	big := testFrame(t, 1, 0x11, 600)
+	a, b := New(Config{MTU: 500})
+	big := frametest.UD(t, 1, 0x11, 600)
 	if n := a.Transmit([][]byte{big}); n != 1 {
 		t.Fatalf("oversize frame not taken: %d", n)
 	}
@@ -139,15 +96,15 @@ func TestPipeOversizeAndClose(t *testing.T) {
 	b.Wake()
 	<-done
 	b.Close()
-	if n := a.Transmit([][]byte{testFrame(t, 1, 0x11, 10)}); n != 1 {
+	if n := a.Transmit([][]byte{frametest.UD(t, 1, 0x11, 10)}); n != 1 {
 		t.Fatal("transmit to a closed end should drop, not push back")
 	}
 	b.Poll(-1) // a closed end never blocks
 }
 
 func TestPipeNoAllocs(t *testing.T) {
-	a, b := NewPipe(PipeConfig{MTU: 9000, Slots: 64})
-	frames := [][]byte{testFrame(t, 1, 0x11, 4000), testFrame(t, 2, 0x11, 64)}
+	a, b := New(Config{MTU: 9000, Slots: 64})
+	frames := [][]byte{frametest.UD(t, 1, 0x11, 4000), frametest.UD(t, 2, 0x11, 64)}
 	rx := make([][]byte, 8)
 	for i := 0; i < 100; i++ { // warm the slot buffers
 		a.Transmit(frames)

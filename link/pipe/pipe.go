@@ -1,32 +1,39 @@
-package stack
+// Package pipe is an in-memory link: two ends joined by a pair of
+// single-producer single-consumer rings of frames. It carries frames
+// between two stacks in one process, for tests, benchmarks, simulations
+// and replays. Wrap an end with fault.Wrap (package link/fault) to lose,
+// duplicate, reorder, corrupt or delay frames.
+package pipe
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/uroce/uroce/link"
 )
 
-// PipeConfig configures an in-memory pipe.
-type PipeConfig struct {
+// Config configures a pipe.
+type Config struct {
 	// MTU is the IP MTU of both ends (default 9000).
 	MTU int
 	// Slots is the number of frames in flight per direction, rounded up
 	// to a power of two (default 256). A full direction pushes back:
 	// Transmit takes fewer frames. Each slot holds a frame of MTU+18
-	// bytes, allocated by NewPipe.
+	// bytes, allocated by New.
 	Slots int
 }
 
-// PipeStats counts what one end of a pipe did.
-type PipeStats struct {
+// Stats counts what one end of a pipe did.
+type Stats struct {
 	TxFrames   uint64 // frames taken by Transmit and queued
 	RxFrames   uint64 // frames handed out by Receive
 	TxOversize uint64 // frames taken by Transmit and dropped for their size
 }
 
-// Pipe is one end of an in-memory link between two stacks (NewPipe).
-type Pipe struct {
-	rx, tx   *pipeRing
-	peer     *Pipe
+// End is one end of an in-memory link between two stacks (New).
+type End struct {
+	rx, tx   *ring
+	peer     *End
 	mtu      int
 	sig      chan struct{} // rx data, tx space, Wake, Close
 	sleeping atomic.Bool   // in Poll
@@ -38,9 +45,9 @@ type Pipe struct {
 	txFrames, rxFrames, txOversize atomic.Uint64
 }
 
-// pipeRing is a single-producer single-consumer ring of frames.
-type pipeRing struct {
-	slots []pipeSlot
+// ring is a single-producer single-consumer ring of frames.
+type ring struct {
+	slots []slot
 	mask  uint64
 	_     [64]byte
 	head  atomic.Uint64 // next slot to fill (producer)
@@ -49,16 +56,16 @@ type pipeRing struct {
 	_     [56]byte
 }
 
-type pipeSlot struct {
+type slot struct {
 	buf []byte
 }
 
-func newPipeRing(n, frameLen int) *pipeRing {
+func newRing(n, frameLen int) *ring {
 	size := 1
 	for size < n {
 		size <<= 1
 	}
-	r := &pipeRing{slots: make([]pipeSlot, size), mask: uint64(size - 1)}
+	r := &ring{slots: make([]slot, size), mask: uint64(size - 1)}
 	mem := make([]byte, size*frameLen)
 	for i := range r.slots {
 		r.slots[i].buf = mem[i*frameLen : i*frameLen : (i+1)*frameLen]
@@ -66,35 +73,36 @@ func newPipeRing(n, frameLen int) *pipeRing {
 	return r
 }
 
-// NewPipe returns the two ends of an in-memory link. A frame transmitted
+// New returns the two ends of an in-memory link. A frame transmitted
 // on one end is received on the other, unchanged and in order; Transmit
 // copies it into the pipe and Receive hands out views of the pipe's
-// buffers, as an AF_XDP socket does with its UMEM. Wrap an end with
-// WithFaults to lose, duplicate, reorder, corrupt or delay frames.
-func NewPipe(cfg PipeConfig) (a, b *Pipe) {
+// buffers, as an AF_XDP socket does with its UMEM.
+func New(cfg Config) (a, b *End) {
 	if cfg.MTU <= 0 {
 		cfg.MTU = 9000
 	}
 	if cfg.Slots <= 0 {
 		cfg.Slots = 256
 	}
-	fl := maxFrameLen(cfg.MTU)
-	ab, ba := newPipeRing(cfg.Slots, fl), newPipeRing(cfg.Slots, fl)
-	a = &Pipe{rx: ba, tx: ab, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
-	b = &Pipe{rx: ab, tx: ba, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
+	fl := link.MaxFrameLen(cfg.MTU)
+	ab, ba := newRing(cfg.Slots, fl), newRing(cfg.Slots, fl)
+	a = &End{rx: ba, tx: ab, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
+	b = &End{rx: ab, tx: ba, mtu: cfg.MTU, sig: make(chan struct{}, 1)}
 	a.peer, b.peer = b, a
 	return a, b
 }
 
-func (p *Pipe) signal() {
+var _ link.Link = (*End)(nil)
+
+func (p *End) signal() {
 	select {
 	case p.sig <- struct{}{}:
 	default:
 	}
 }
 
-// Receive implements Link.
-func (p *Pipe) Receive(frames [][]byte) int {
+// Receive implements link.Link.
+func (p *End) Receive(frames [][]byte) int {
 	if p.closed.Load() {
 		return 0
 	}
@@ -113,8 +121,8 @@ func (p *Pipe) Receive(frames [][]byte) int {
 	return n
 }
 
-// Release implements Link.
-func (p *Pipe) Release() {
+// Release implements link.Link.
+func (p *End) Release() {
 	if p.recvN == 0 {
 		return
 	}
@@ -126,8 +134,8 @@ func (p *Pipe) Release() {
 	}
 }
 
-// Transmit implements Link.
-func (p *Pipe) Transmit(frames [][]byte) int {
+// Transmit implements link.Link.
+func (p *End) Transmit(frames [][]byte) int {
 	if p.closed.Load() || p.peer.closed.Load() {
 		return len(frames)
 	}
@@ -138,7 +146,7 @@ func (p *Pipe) Transmit(frames [][]byte) int {
 	if uint64(n) > space {
 		n = int(space)
 	}
-	max := maxFrameLen(p.mtu)
+	max := link.MaxFrameLen(p.mtu)
 	queued := uint64(0)
 	for i := 0; i < n; i++ {
 		f := frames[i]
@@ -169,8 +177,8 @@ func (p *Pipe) Transmit(frames [][]byte) int {
 	return n
 }
 
-// Poll implements Link.
-func (p *Pipe) Poll(timeout time.Duration) {
+// Poll implements link.Link.
+func (p *End) Poll(timeout time.Duration) {
 	if timeout == 0 || p.closed.Load() {
 		return
 	}
@@ -195,21 +203,21 @@ func (p *Pipe) Poll(timeout time.Duration) {
 	}
 }
 
-// Wake implements Link.
-func (p *Pipe) Wake() { p.signal() }
+// Wake implements link.Link.
+func (p *End) Wake() { p.signal() }
 
-// MTU implements Link.
-func (p *Pipe) MTU() int { return p.mtu }
+// MTU implements link.Link.
+func (p *End) MTU() int { return p.mtu }
 
 // Close closes this end of the pipe. Frames sent to a closed end are
 // dropped.
-func (p *Pipe) Close() error {
+func (p *End) Close() error {
 	p.closed.Store(true)
 	p.signal()
 	return nil
 }
 
 // Stats returns the counters of this end.
-func (p *Pipe) Stats() PipeStats {
-	return PipeStats{TxFrames: p.txFrames.Load(), RxFrames: p.rxFrames.Load(), TxOversize: p.txOversize.Load()}
+func (p *End) Stats() Stats {
+	return Stats{TxFrames: p.txFrames.Load(), RxFrames: p.rxFrames.Load(), TxOversize: p.txOversize.Load()}
 }
