@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/internal/cpustat"
 	"github.com/uroce/uroce/internal/fifo"
 	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/link/pipe"
@@ -142,6 +143,7 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 	sent0 := c.da.Counters().SentPkts + c.db.Counters().SentPkts
 	retx0 := c.da.Counters().QP.RetransmittedPkts
 	runtime.ReadMemStats(&ms0)
+	cpu0, cpuErr := cpustat.Read()
 	b.ResetTimer()
 	start := time.Now()
 	for done < b.N {
@@ -191,6 +193,11 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(pkts), "allocs/pkt")
 	b.ReportMetric(float64(pkts)/float64(b.N), "pkts/op")
 	b.ReportMetric(float64(c.da.Counters().QP.RetransmittedPkts-retx0)/float64(b.N), "retx/op")
+	// The hypervisor's share of the run: on a shared virtual machine,
+	// runs of the same code differ by their steal time (README).
+	if cpu1, err := cpustat.Read(); err == nil && cpuErr == nil {
+		b.ReportMetric(100*cpustat.StealShare(cpu0, cpu1), "steal%")
+	}
 	if testing.Verbose() {
 		ca, cb := c.da.Counters(), c.db.Counters()
 		b.Logf("A: %v", ca.Map())
