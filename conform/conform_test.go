@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/mad"
 )
 
 // TestCatalogueSelf: uroce as a responder passes every scenario its
@@ -176,6 +177,10 @@ func TestParseErrors(t *testing.T) {
 		{"scenario a\nrule r\nfrobnicate", "t.txt:3: unknown keyword"},
 		{"scenario a\nsend write_only", "t.txt:1: scenario a needs a rule"},
 		{"scenario a\nrule r\nreceives -2\nsend send_only", "t.txt:3: receives"},
+		{"scenario a\nrule r\nsend ud_send_only qp=2", "t.txt:3: qp="},
+		{"scenario a\nrule r\nsend ud_send_only mad=cm_rej", "t.txt:3: mad="},
+		{"scenario a\nrule r\nsend ud_send_only qkey=some", "t.txt:3: qkey="},
+		{"scenario a\nrule r\ndelivered many", "t.txt:3: delivered"},
 	} {
 		_, err := Parse(strings.NewReader(c.text), "t.txt")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -254,5 +259,93 @@ func TestRunPeerPost(t *testing.T) {
 	r.Input(request(0x10), now)
 	if r.Result().Pass || !strings.Contains(r.Result().Reason, "line 4") {
 		t.Fatalf("a request at the wrong PSN: %+v", r.Result())
+	}
+}
+
+// TestRunUD: UD SENDs are built with the Q_Key asked for (the QP's, a
+// bad one with the high bit kept, the GSI's to QP1 with a CM REQ from
+// this end's QP); delivered steps wait for the peer's completions and
+// fail on too few or too many; a REJ must answer the REQ's transaction.
+func TestRunUD(t *testing.T) {
+	const text = `scenario u
+rule r
+send ud_send_only len=8 fill=1
+send ud_send_only qkey=bad len=8
+delivered 1
+send ud_send_only qp=1 mad=cm_req
+expect ud_send_only qp=1 psn=any qkey=0x80010000 mad=cm_rej
+`
+	scs, err := Parse(strings.NewReader(text), "u.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := scs[0].Needs(); !n.UD || !n.GSI || !n.Delivered {
+		t.Fatalf("needs %+v", n)
+	}
+	run := func(delivered int, rejTID func(req uint64) uint64) (Result, []*bth.Packet) {
+		env := Env{Local: selfLocal, Peer: selfPeer, PSN: 0x10, QKey: 0x11111111, Timeout: 50 * time.Millisecond,
+			PeerDelivered: func() int { return delivered }}
+		env.Peer.QPN = 0x22
+		r := NewRun(scs[0], env)
+		var sent []*bth.Packet
+		now := time.Unix(1, 0)
+		for i := 0; i < 1000 && !r.Done(); i++ {
+			out, wake := r.Poll(now)
+			for _, f := range out {
+				p := new(bth.Packet)
+				if err := bth.Parse(append([]byte(nil), f...), p); err != nil || !p.ICRCOK() {
+					t.Fatalf("sent %x: %v", f, err)
+				}
+				sent = append(sent, p)
+				if p.BTH().DestQP() != 1 {
+					continue
+				}
+				m, err := mad.Parse(p.Payload())
+				if err != nil || m.AttrID() != mad.AttrREQ || mad.REQ(m.Data()).LocalQPN() != selfLocal.QPN {
+					t.Fatalf("the REQ sent: %v", err)
+				}
+				b := make([]byte, mad.Len)
+				h := mad.CMHeader(mad.AttrREJ, rejTID(m.TID()))
+				h.Encode(b)
+				rej := mad.REJFields{RemoteCommID: mad.REQ(m.Data()).LocalCommID(), Reason: mad.RejInvalidServiceID}
+				rej.Encode(b[mad.HeaderLen:])
+				a := bth.Headers{L2L3: bth.L2L3{SrcMAC: env.Peer.MAC, DstMAC: env.Local.MAC, SrcIP: env.Peer.IP, DstIP: env.Local.IP, SrcPort: 1},
+					BTH: bth.BTHFields{Opcode: bth.OpUDSendOnly, PKey: 0xffff, DestQP: 1, PSN: 7}, QKey: 0x80010000, SrcQP: 1}
+				buf := make([]byte, 512)
+				n, err := bth.Encode(buf, &a, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Input(buf[:n], now)
+			}
+			if !wake.IsZero() {
+				now = wake
+			}
+		}
+		return r.Result(), sent
+	}
+	same := func(tid uint64) uint64 { return tid }
+	res, sent := run(1, same)
+	if !res.Pass || len(sent) != 3 {
+		t.Fatalf("%+v, %d sent", res, len(sent))
+	}
+	for i, want := range []struct{ qp, qkey, src uint32 }{{0x22, 0x11111111, selfLocal.QPN}, {0x22, 0x11b4b411, selfLocal.QPN}, {1, 0x80010000, 1}} {
+		p := sent[i]
+		if p.BTH().DestQP() != want.qp || p.DETH().QKey() != want.qkey || p.DETH().SrcQP() != want.src {
+			t.Errorf("UD SEND %d: qp %#x qkey %#x src %#x, want %+v", i, p.BTH().DestQP(), p.DETH().QKey(), p.DETH().SrcQP(), want)
+		}
+	}
+	for _, c := range []struct {
+		delivered int
+		tid       func(uint64) uint64
+		reason    string
+	}{
+		{0, same, "line 5: the peer completed 0 receives within 50ms, want 1"},
+		{2, same, "line 5: the peer completed 2 receives, want 1"},
+		{1, func(tid uint64) uint64 { return tid + 1 }, "line 7: expected ud_send_only qp=1 psn=any qkey=0x80010000 mad=cm_rej"},
+	} {
+		if res, _ := run(c.delivered, c.tid); res.Pass || !strings.Contains(res.Reason, c.reason) {
+			t.Errorf("delivered %d: %+v, want %q", c.delivered, res, c.reason)
+		}
 	}
 }

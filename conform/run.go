@@ -3,10 +3,14 @@ package conform
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/mad"
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/replay"
+	"github.com/uroce/uroce/stack"
 )
 
 // Env is the live setup a scenario runs in: this end and the peer's QP.
@@ -24,6 +28,11 @@ type Env struct {
 	// scenarios with peer steps fail).
 	PeerPSN  bth.PSN
 	PeerPost func(p *Pkt) error
+	// QKey is the Q_Key of the peer's QP, when it is a UD QP.
+	QKey uint32
+	// PeerDelivered returns how many receives the peer has completed
+	// (nil: it does not show them, and delivered steps fail).
+	PeerDelivered func() int
 }
 
 // Result is the outcome of one scenario.
@@ -51,6 +60,8 @@ type Run struct {
 	out   [][]byte
 	buf   []byte
 	pkt   bth.Packet
+	gsi   bool   // the scenario talks to QP1: the peer's MADs to ours are its answers
+	tid   uint64 // of the last CM REQ sent
 }
 
 // NewRun prepares sc to run in env.
@@ -64,7 +75,8 @@ func NewRun(sc *Scenario, env Env) *Run {
 	if env.SrcPort == 0 {
 		env.SrcPort = 49152
 	}
-	return &Run{sc: sc, env: env, buf: make([]byte, 1<<14), res: Result{Name: sc.Name, Rule: sc.Rule, IBTA: sc.IBTA, Pass: true}}
+	return &Run{sc: sc, env: env, buf: make([]byte, 1<<14), res: Result{Name: sc.Name, Rule: sc.Rule, IBTA: sc.IBTA, Pass: true},
+		gsi: sc.Needs().GSI}
 }
 
 // Done reports whether the scenario is over.
@@ -107,6 +119,27 @@ func (r *Run) Poll(now time.Time) ([][]byte, time.Time) {
 				return r.out, time.Time{}
 			}
 			r.step++
+		case Delivered:
+			if r.env.PeerDelivered == nil {
+				r.fail(st, "this peer does not show its receive completions (it takes --self)")
+				return r.out, time.Time{}
+			}
+			if r.until.IsZero() {
+				r.until = now.Add(r.env.Timeout)
+			}
+			n := r.env.PeerDelivered()
+			switch {
+			case n == st.N:
+				r.next()
+				continue
+			case n > st.N:
+				r.fail(st, "the peer completed %d receives, want %d", n, st.N)
+				return r.out, time.Time{}
+			case !now.Before(r.until):
+				r.fail(st, "the peer completed %d receives within %v, want %d", n, r.env.Timeout, st.N)
+				return r.out, time.Time{}
+			}
+			return r.out, now.Add(time.Millisecond) // the peer's engine may still be at it
 		case Expect, Silence:
 			if r.until.IsZero() {
 				d := r.env.Timeout
@@ -147,6 +180,9 @@ func (r *Run) build(p *Pkt) ([]byte, error) {
 	}
 	h := bth.Headers{L2L3: bth.L2L3{SrcMAC: e.Local.MAC, DstMAC: e.Peer.MAC, SrcIP: e.Local.IP, DstIP: e.Peer.IP, SrcPort: e.SrcPort},
 		BTH: bth.BTHFields{Opcode: p.Op, PKey: e.PKey, DestQP: e.Peer.QPN, PSN: base.Add(p.PSN), AckReq: p.AckReq}}
+	if p.DestQP != 0 {
+		h.BTH.DestQP = p.DestQP
+	}
 	if p.PKey >= 0 {
 		h.BTH.PKey = uint16(p.PKey)
 	}
@@ -186,11 +222,36 @@ func (r *Run) build(p *Pkt) ([]byte, error) {
 	if info.Has(bth.HdrAtomicETH) {
 		h.AtomicVA, h.AtomicRKey, h.SwapAdd, h.Compare = va, rkey, p.Add, p.Compare
 	}
+	if info.Has(bth.HdrDETH) {
+		h.SrcQP = e.Local.QPN
+		if p.DestQP == stack.GSIQPN {
+			h.SrcQP = stack.GSIQPN
+		}
+		h.QKey = e.QKey
+		if p.DestQP == stack.GSIQPN {
+			h.QKey = stack.GSIQKey
+		}
+		switch p.QKey {
+		case "", "own":
+		case "bad":
+			h.QKey ^= 0x00a5a500 // its high bit as it was
+		default:
+			var n uint64
+			fmt.Sscan(p.QKey, &n)
+			h.QKey = uint32(n)
+		}
+	}
 	var payload []byte
 	if info.Payload {
 		payload = p.Data
 		if payload == nil {
 			payload = bytes.Repeat([]byte{p.Fill}, p.Len)
+		}
+		if p.MAD == "cm_req" {
+			var err error
+			if payload, err = r.cmREQ(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	n, err := bth.Encode(r.buf, &h, payload)
@@ -220,7 +281,10 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	if err := bth.Parse(frame, p); err != nil || p.Version != 2 {
 		return false
 	}
-	if p.SrcIP() != r.env.Peer.IP || p.DstIP() != r.env.Local.IP || p.BTH().DestQP() != r.env.Local.QPN {
+	if p.SrcIP() != r.env.Peer.IP || p.DstIP() != r.env.Local.IP {
+		return false
+	}
+	if q := p.BTH().DestQP(); q != r.env.Local.QPN && (q != stack.GSIQPN || !r.gsi) {
 		return false
 	}
 	if r.done || !p.ICRCOK() {
@@ -250,7 +314,7 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	case Send, PeerPost:
 		r.fail(st, "unexpected %s before line %d was done", got(), st.Line)
 	default:
-		if why := match(&st.P, &h, p.Payload(), r.base(&h)); why != "" {
+		if why := r.match(&st.P, &h, p.Payload()); why != "" {
 			r.fail(st, "expected %s, got %s (%s)", st.P.Text, got(), why)
 		} else {
 			r.got = true
@@ -269,6 +333,64 @@ func (r *Run) base(h *bth.Headers) bth.PSN {
 }
 
 // match says how h differs from what w wants ("" when it matches).
+func (r *Run) match(w *Pkt, h *bth.Headers, payload []byte) string {
+	if why := match(w, h, payload, r.base(h)); why != "" {
+		return why
+	}
+	if !h.Info().Has(bth.HdrDETH) {
+		return ""
+	}
+	if want := uint32(w.DestQP); want == stack.GSIQPN && h.BTH.DestQP != want {
+		return fmt.Sprintf("dest qp %#x", h.BTH.DestQP)
+	}
+	switch w.QKey {
+	case "":
+	case "own":
+		if h.QKey != r.env.QKey {
+			return fmt.Sprintf("qkey %#x, the QP's is %#x", h.QKey, r.env.QKey)
+		}
+	default:
+		var n uint64
+		fmt.Sscan(w.QKey, &n)
+		if h.QKey != uint32(n) {
+			return fmt.Sprintf("qkey %#x", h.QKey)
+		}
+	}
+	if w.MAD == "cm_rej" {
+		m, err := mad.Parse(payload)
+		switch {
+		case err != nil || !m.IsCM():
+			return "not a CM MAD"
+		case m.AttrID() != mad.AttrREJ:
+			return fmt.Sprintf("CM %v, not a REJ", m.AttrID())
+		case m.TID() != r.tid:
+			return fmt.Sprintf("a REJ of transaction %#x, the REQ's is %#x", m.TID(), r.tid)
+		}
+	}
+	return ""
+}
+
+// cmREQ builds a CM REQ MAD for a port of the peer's nobody listens on
+// (as rdma_cm's, from this end's QP), each with a transaction and
+// communication ID of its own.
+func (r *Run) cmREQ() ([]byte, error) {
+	const port = 4 // rdma_cm's port space, a port no tool uses
+	e := &r.env
+	req, err := rdmacm.RequestFields(netip.AddrPortFrom(e.Local.IP, 40000), netip.AddrPortFrom(e.Peer.IP, port), mad.MTU1024, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.tid = uint64(e.Local.QPN)<<24 | uint64(r.step) // the live runner gives each scenario a QPN of its own
+	req.LocalCommID, req.LocalQPN, req.StartingPSN = uint32(r.tid), e.Local.QPN, e.PSN
+	b := make([]byte, mad.Len)
+	h := mad.CMHeader(mad.AttrREQ, r.tid)
+	h.Encode(b)
+	req.Encode(b[mad.HeaderLen:])
+	return b, nil
+}
+
+// match says how h differs from what w wants in the fields of every
+// transport ("" when it matches).
 func match(w *Pkt, h *bth.Headers, payload []byte, base bth.PSN) string {
 	if h.BTH.Opcode != w.Op {
 		return "opcode"

@@ -49,6 +49,9 @@ const (
 	// PeerPost makes the peer post a work request (the peer as
 	// requester; only peers the tool drives itself, as --self).
 	PeerPost
+	// Delivered checks how many receives the peer has completed (only
+	// peers that show their completions, as --self).
+	Delivered
 )
 
 // Step is one line of a scenario.
@@ -57,6 +60,7 @@ type Step struct {
 	Line int
 	P    Pkt
 	For  time.Duration // Silence
+	N    int           // Delivered
 }
 
 // Pkt is a packet to send, or the fields an expected one must have. The
@@ -90,6 +94,15 @@ type Pkt struct {
 	// persistence) and selectivity level (0 the RETH's range, 1 the
 	// whole region).
 	Placement, Level uint8
+
+	// UD: the DETH's Q_Key ("" the peer QP's, "bad" another, "own" the
+	// peer QP's where it is expected, or a number), the destination QP
+	// (1: the GSI QP; 0: the peer's QP) and a MAD as payload (send:
+	// "cm_req", a CM REQ for a port nobody listens on; expect:
+	// "cm_rej", a CM REJ).
+	QKey   string
+	DestQP uint32
+	MAD    string
 }
 
 // opNames maps the names scenarios use to RC opcodes.
@@ -104,6 +117,9 @@ var opNames = func() map[string]bth.Opcode {
 		n = strings.ReplaceAll(n, "rdma_", "")
 		n = strings.ReplaceAll(n, "acknowledge", "ack")
 		m[n] = bth.Opcode(o)
+	}
+	for _, o := range []bth.Opcode{bth.OpUDSendOnly, bth.OpUDSendOnlyImm} {
+		m[strings.ToLower(o.Info().Name)] = o
 	}
 	return m
 }()
@@ -127,7 +143,11 @@ var opNames = func() map[string]bth.Opcode {
 // (FLUSH: the FETH; len is then the RETH's length). Fields of expect: psn (or
 // psn=any, where implementations differ), syndrome (ack, rnr, seq, inv, access, op), msn, len, fill, data, orig
 // (the atomic's original value). "receives N" (or "receives none") says
-// what the peer must have posted.
+// what the peer must have posted, "delivered N" how many receives it
+// must have completed by then. UD: ud_send_only and
+// ud_send_only_with_immediate, with qkey (bad, own — expected: the peer
+// QP's — or a number), qp=1 (the GSI QP) and mad (cm_req sent, cm_rej
+// expected).
 func Parse(r io.Reader, file string) ([]*Scenario, error) {
 	var out []*Scenario
 	var cur *Scenario
@@ -192,6 +212,12 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			}
 			p.Op, p.Text = op, strings.Join(f[1:], " ")
 			cur.Steps = append(cur.Steps, Step{Kind: PeerPost, Line: line, P: p})
+		case "delivered":
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 0 {
+				return nil, bad("delivered %q: a number of receive completions", rest)
+			}
+			cur.Steps = append(cur.Steps, Step{Kind: Delivered, Line: line, N: n})
 		case "silence":
 			d, err := time.ParseDuration(rest)
 			if err != nil || d <= 0 {
@@ -213,7 +239,7 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			}
 			cur.Steps = append(cur.Steps, Step{Kind: k, Line: line, P: p})
 		default:
-			return nil, bad("unknown keyword %q (scenario, rule, ibta, receives, send, expect, silence)", key)
+			return nil, bad("unknown keyword %q (scenario, rule, ibta, receives, send, expect, silence, peer, delivered)", key)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -258,6 +284,21 @@ func parsePkt(op string, fields []string, send bool) (Pkt, error) {
 			if v != "good" && v != "bad" {
 				_, err = num()
 			}
+		case "qkey":
+			p.QKey = v
+			if v != "bad" && v != "own" {
+				_, err = num()
+			}
+		case "qp":
+			if v != "1" {
+				return p, fmt.Errorf("qp=%q: only qp=1 (the GSI QP)", v)
+			}
+			p.DestQP = 1
+		case "mad":
+			if (send && v != "cm_req") || (!send && v != "cm_rej") {
+				return p, fmt.Errorf("mad=%q: cm_req (sent) or cm_rej (expected)", v)
+			}
+			p.MAD = v
 		case "syndrome":
 			switch v {
 			case "ack", "rnr", "seq", "inv", "access", "op":
@@ -401,7 +442,11 @@ func Results(peer string) (map[string]Expected, error) {
 // to post requests of its own, and whether it must know the IBA 1.5
 // memory placement operations (FLUSH, ATOMIC_WRITE: rdma_rxe from Linux
 // 6.2 on).
-type Needs struct{ Write, Read, Atomic, Flush, Send, Peer, Placement bool }
+//
+// UD says its requests are UD SENDs to the peer's QP (a UD QP), GSI that
+// it talks to the peer's QP1 (its connection manager), Delivered that it
+// checks the peer's receive completions.
+type Needs struct{ Write, Read, Atomic, Flush, Send, Peer, Placement, UD, GSI, Delivered bool }
 
 // Needs returns what sc's requests need.
 func (sc *Scenario) Needs() Needs {
@@ -409,6 +454,16 @@ func (sc *Scenario) Needs() Needs {
 	for _, st := range sc.Steps {
 		if st.Kind == PeerPost {
 			n.Peer = true
+		}
+		if st.Kind == Delivered {
+			n.Delivered = true
+		}
+		if st.P.Op.Info().Transport == bth.TransportUD {
+			if st.P.DestQP == 1 {
+				n.GSI = true
+			} else {
+				n.UD = true
+			}
 		}
 		if st.Kind != Send {
 			continue

@@ -2,10 +2,12 @@ package conform
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/replay"
 	"github.com/uroce/uroce/stack"
 )
@@ -27,24 +29,45 @@ const (
 	selfRemoteKey = 0x4242
 )
 
+// SelfQKey is the Q_Key of the in-process responder's QP in UD
+// scenarios (perftest's and the pingpongs' default).
+const SelfQKey = 0x11111111
+
 // RunSelf runs sc against a fresh uroce responder in this process (an RC
 // QP on an in-memory link, a region granting every remote access, FLUSH's
-// included, and the
-// receives sc asks for). tap sees the frames, as replay.Drive's.
+// included, and the receives sc asks for; a UD QP with Q_Key SelfQKey
+// when sc sends UD SENDs to it; its QP1 run by the device's RDMA CM
+// agent when sc talks to QP1). tap sees the frames, as replay.Drive's.
 func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool)) (Result, error) {
 	const rqpsn, sqpsn = bth.PSN(0xfffffa), bth.PSN(0x10) // the first near the PSN wrap
 	recv := sc.Receives
 	if recv == 0 {
 		recv = 16
 	}
-	r, err := replay.NewResponder(replay.ResponderConfig{Transport: bth.TransportRC, Local: selfLocal, Peer: selfPeer,
+	needs := sc.Needs()
+	cfg := replay.ResponderConfig{Transport: bth.TransportRC, Local: selfLocal, Peer: selfPeer,
 		RQPSN: rqpsn, SQPSN: sqpsn, Region: SelfRegion, Receives: recv,
 		Access: stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic |
-			stack.AccessFlushGlobal | stack.AccessFlushPersistent})
+			stack.AccessFlushGlobal | stack.AccessFlushPersistent}
+	if needs.UD {
+		cfg.Transport, cfg.QKey = bth.TransportUD, SelfQKey
+	}
+	r, err := replay.NewResponder(cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer r.Close()
+	if needs.GSI {
+		if _, err := rdmacm.AgentFor(r.Dev); err != nil {
+			return Result{}, err
+		}
+	}
+	var ah *stack.AH
+	if needs.UD {
+		if ah, err = r.PD.CreateAH(stack.AHAttr{DGID: selfLocal.IP, SGIDIndex: r.Dev.GIDIndex(selfPeer.IP)}); err != nil {
+			return Result{}, err
+		}
+	}
 	id := uint64(0)
 	post := func(p *Pkt) error {
 		id++
@@ -58,10 +81,33 @@ func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 		default:
 			wr.Op = stack.OpSend
 		}
+		if ah != nil {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah, selfLocal.QPN, SelfQKey
+			if p.QKey != "" {
+				var n uint64
+				fmt.Sscan(p.QKey, &n)
+				wr.RemoteQKey = uint32(n)
+			}
+		}
 		return r.QP.PostSend(&wr)
 	}
+	delivered := 0
+	wcs := make([]stack.WC, 16)
+	recvd := func() int {
+		for {
+			n := r.CQ.Poll(wcs)
+			for _, wc := range wcs[:n] {
+				if wc.Status == stack.WCSuccess && wc.Opcode&stack.WCRecv != 0 {
+					delivered++
+				}
+			}
+			if n < len(wcs) {
+				return delivered
+			}
+		}
+	}
 	run := NewRun(sc, Env{Local: selfLocal, Peer: r.Live.Peer, PSN: rqpsn, RKey: r.MR.RKey(), VA: r.MR.Addr(), Region: SelfRegion,
-		Timeout: timeout, PeerPSN: sqpsn, PeerPost: post})
+		Timeout: timeout, PeerPSN: sqpsn, PeerPost: post, QKey: cfg.QKey, PeerDelivered: recvd})
 	if err := replay.Drive(ctx, run, r.Link, tap); err != nil {
 		return run.Result(), err
 	}

@@ -6,11 +6,14 @@
 // between two addresses, RC, UC or UD). A Session plays one side of a
 // conversation: it rewrites every field that differs between the
 // recording and the live setup (MACs, IPs, UDP source port, QPNs, PSNs,
-// R_Key and VA), re-encodes each frame with its ICRC, paces the packets
+// R_Key and VA, and the buffers rping and perftest -R name in their
+// SENDs: see AdvertFormat), re-encodes each frame with its ICRC, paces the packets
 // (stepwise, as fast as possible, or as recorded), injects the faults it
 // is asked for, and matches each live answer to the recorded one it
 // stands for. It is sans-I/O: the caller moves frames between it and a
-// link and gives it the time (Run does that over a stack.Link).
+// link and gives it the time (Run does that over a stack.Link). A Group
+// plays several conversations of one capture over one link, in their
+// recorded order (Session.Limit, Stages).
 package replay
 
 import (
@@ -61,12 +64,17 @@ type Conversation struct {
 	// CMClient is the end that sent the RDMA CM REQ naming its QP (the
 	// rdma_cm client), or -1 when the capture shows none.
 	CMClient int
+	CMFrame  int // the frame of that REQ
+	// Adverts is the format in which the ends' SENDs name their buffers
+	// to each other (rping's, perftest's with -R), or AdvertNone.
+	Adverts AdvertFormat
 }
 
 // cmREQ is a CM REQ seen on QP1: who sent it, for which of its QPs.
 type cmREQ struct {
-	from netip.Addr
-	qpn  uint32
+	from  netip.Addr
+	qpn   uint32
+	frame int
 }
 
 func (c *Conversation) String() string {
@@ -74,7 +82,11 @@ func (c *Conversation) String() string {
 	for i := range c.Packets {
 		n[c.Packets[i].From]++
 	}
-	return fmt.Sprintf("%v: %v <-> %v, %d packets (%d and %d)", c.Transport, c.Ends[0], c.Ends[1], len(c.Packets), n[0], n[1])
+	s := fmt.Sprintf("%v: %v <-> %v, %d packets (%d and %d)", c.Transport, c.Ends[0], c.Ends[1], len(c.Packets), n[0], n[1])
+	if c.Adverts != AdvertNone {
+		s += fmt.Sprintf(", buffers named in %v SENDs", c.Adverts)
+	}
+	return s
 }
 
 // Initiator returns the end that sent the conversation's first request.
@@ -168,7 +180,7 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 		if b.DestQP() == 1 {
 			st.QP1++
 			if m, err := mad.Parse(p.Payload()); err == nil && m.IsCM() && m.AttrID() == mad.AttrREQ {
-				reqs = append(reqs, cmREQ{from: p.SrcIP(), qpn: mad.REQ(m.Data()).LocalQPN()})
+				reqs = append(reqs, cmREQ{from: p.SrcIP(), qpn: mad.REQ(m.Data()).LocalQPN(), frame: st.Frames})
 			}
 			continue
 		}
@@ -271,10 +283,11 @@ func Load(r io.Reader) ([]*Conversation, LoadStats, error) {
 		for _, r := range reqs {
 			for k := 0; k < 2; k++ {
 				if r.from == c.Ends[k].IP && r.qpn == c.Ends[k].QPN && c.CMClient < 0 {
-					c.CMClient = k
+					c.CMClient, c.CMFrame = k, r.frame
 				}
 			}
 		}
+		c.Adverts = detectAdverts(c)
 		convs = append(convs, c)
 	}
 	if len(convs) == 0 {

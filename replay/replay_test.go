@@ -343,7 +343,11 @@ func TestSelfPeer(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer sp.Close()
-				s, err := NewSession(c, me, sp.Live, Options{Timeout: 2 * time.Second, AnswersOnly: true})
+				opt := Options{Timeout: 2 * time.Second, AnswersOnly: true}
+				if c.Adverts != AdvertNone {
+					opt.PeerSend = sp.PeerSend
+				}
+				s, err := NewSession(c, me, sp.Live, opt)
 				if err != nil {
 					t.Fatal(err)
 				}

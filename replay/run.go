@@ -83,9 +83,18 @@ type Responder struct {
 	Link stack.Link // the other end's side of the in-memory link
 	Live Live       // the live setup, for NewSession
 	Dev  *stack.Device
+	PD   *stack.PD
 	QP   *stack.QP
 	MR   *stack.MR
 	CQ   *stack.CQ
+
+	// A self peer's SENDs (PeerSend): the adverts' format, the recorded
+	// VA at the region's start, and the buffers they go from.
+	adverts AdvertFormat
+	base    uint64
+	baseSet bool // the played end's requests name the region (else adverts name its start)
+	sendMR  *stack.MR
+	sends   int
 }
 
 // ResponderConfig describes a Responder.
@@ -153,6 +162,7 @@ func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
 	if err != nil {
 		return err
 	}
+	r.PD = pd
 	if r.MR, err = pd.RegisterMR(make([]byte, cfg.Region), stack.AccessLocalWrite|cfg.Access); err != nil {
 		return err
 	}
@@ -282,7 +292,45 @@ func NewSelfPeer(c *Conversation, me int) (*Responder, error) {
 		return nil, err
 	}
 	prefill(c, me, r.MR.Bytes(), vaBase)
+	r.adverts, r.base, r.baseSet = c.Adverts, vaBase, vaSet
 	return r, nil
+}
+
+// sendSlot is the room for one of a self peer's SENDs.
+const sendSlot = 4096
+
+// PeerSend makes the self peer send one of the recorded peer's SENDs (a
+// Session's Options.PeerSend), its advert, if it carries one, naming
+// the self peer's own region: the recorded buffer at its place in it.
+func (r *Responder) PeerSend(p *Packet) error {
+	if len(p.Payload) > sendSlot {
+		return fmt.Errorf("a SEND of %d bytes: the self peer sends up to %d", len(p.Payload), sendSlot)
+	}
+	if r.sendMR == nil {
+		pd := r.PD
+		mr, err := pd.RegisterMR(make([]byte, 64*sendSlot), stack.AccessLocalWrite)
+		if err != nil {
+			return err
+		}
+		r.sendMR = mr
+	}
+	off := (r.sends % 64) * sendSlot // the send queue holds 64: a slot is free again when its turn comes
+	r.sends++
+	buf := r.sendMR.Bytes()[off : off+len(p.Payload)]
+	copy(buf, p.Payload)
+	if a, ok := ParseAdvert(r.adverts, p.Payload); ok {
+		va := r.MR.Addr()
+		if r.baseSet && a.VA >= r.base && a.VA-r.base < uint64(len(r.MR.Bytes())) {
+			va += a.VA - r.base
+		}
+		a.RKey, a.VA = r.MR.RKey(), va
+		if a.GID != ([16]byte{}) {
+			a.GID = gidOf(r.Live.Peer.IP)
+		}
+		a.put(r.adverts, buf)
+	}
+	return r.QP.PostSend(&stack.SendWR{ID: uint64(r.sends), Op: stack.OpSend, Flags: stack.SendSignaled,
+		SG: []stack.SGE{r.sendMR.SGE(uint64(off), uint32(len(p.Payload)))}})
 }
 
 // prefill writes into the peer's region what the recording shows it

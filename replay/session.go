@@ -61,6 +61,31 @@ type Live struct {
 	RKey  int64
 	VA    uint64
 	VASet bool
+	// Own is what this end names of its own in the adverts it sends
+	// (Conversation.Adverts); zero: as recorded, but for the GID, which
+	// is always Local's.
+	Own Own
+	// Regions are buffers of the peer's whose live R_Key and VA are
+	// known before the replay (from another conversation's adverts, as
+	// perftest's): this end's requests to them are rewritten to the live
+	// ones. The peer's adverts in this conversation add to them.
+	Regions []Region
+}
+
+// Own is this end's side of the adverts it sends: the buffers the
+// replay answers for (it plays at the frame level, so any addresses do,
+// as long as the peer's requests name them back).
+type Own struct {
+	// Set: the recorded buffers move into the region of R_Key RKey at
+	// VA (the lowest recorded one at VA).
+	Set  bool
+	RKey uint32
+	VA   uint64
+	// QPN and PSN (when PSNSet) replace perftest's QP fields, which
+	// name the QP of another conversation (0: as recorded).
+	QPN    uint32
+	PSN    bth.PSN
+	PSNSet bool
 }
 
 // Faults are made on purpose to this end's packets, numbered from 1 in
@@ -82,11 +107,21 @@ type Options struct {
 	// for, and this end's answers to them are not sent. For a peer that
 	// only responds (the self peer).
 	AnswersOnly bool
+	// PeerSend, with AnswersOnly, makes the peer send its recorded
+	// SENDs itself, when the peer's requests are all SENDs (otherwise,
+	// those left out would leave gaps in its PSNs, and it is not used):
+	// it is called for each when its turn comes (the packets this end
+	// recorded before it sent), the SEND is then expected and this end's
+	// ACKs of it are sent. For a self peer in a conversation whose SENDs
+	// carry adverts (its own buffers' addresses, which this end learns).
+	PeerSend func(p *Packet) error
 }
 
 // Diff is one field of a live answer that differs from the recording.
 // Fields: opcode, psn, syndrome, msn, length, payload, flags, dest_qpn,
-// atomic_orig; "coalesced" marks a recorded ACK that the live peer
+// atomic_orig, rkey and va (of the peer's RDMA requests, in a
+// conversation with adverts: they must name this end's advertised
+// buffers); "coalesced" marks a recorded ACK that the live peer
 // folded into a later one (an ACK for a later PSN came instead).
 type Diff struct {
 	Field     string `json:"field"`
@@ -160,12 +195,22 @@ type Session struct {
 	lastRec  time.Duration // recorded time of the last packet sent
 	started  bool
 	done     bool
+	limit    int  // frame before which this part of the replay ends (0: none)
+	paused   bool // at the limit
 
 	ourBase, peerBase bth.PSN // recorded first PSNs
 	ourOff, peerOff   int
 	peerKnown         bool
 	vaBase            uint64
 	refused           map[int]bool // frames whose keys and addresses stay as recorded
+	// Adverts: this end's recorded ones (lowest VA ownBase), and the
+	// peer's buffers as recorded and live.
+	own     []Advert
+	ownBase uint64
+	regions []Region
+
+	peerSends []int // indexes in exp of the peer's SENDs that PeerSend makes
+	peerNext  int   // the next of them to make
 
 	out    [][]byte
 	hold   []held
@@ -207,6 +252,21 @@ func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, erro
 	before := 0
 	s.recDelay = map[*Packet]float64{}
 	var lastOwn time.Duration = -1
+	for i := range c.Packets { // PeerSend can make all of the peer's requests, or none
+		if p := &c.Packets[i]; p.From == peer && p.Request() && p.H.Info().Kind != bth.KindSend {
+			opt.PeerSend = nil
+		}
+	}
+	s.opt.PeerSend = opt.PeerSend
+	peerSend := func(p *Packet) bool { // a SEND of the peer's that PeerSend makes
+		return opt.PeerSend != nil && opt.AnswersOnly && p.Request() && p.H.Info().Kind == bth.KindSend
+	}
+	sendPSNs := map[bth.PSN]bool{}
+	for i := range c.Packets {
+		if p := &c.Packets[i]; p.From == peer && peerSend(p) {
+			sendPSNs[p.H.BTH.PSN] = true
+		}
+	}
 	for i := range c.Packets {
 		p := &c.Packets[i]
 		if p.From == me {
@@ -218,14 +278,17 @@ func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, erro
 			if p.Request() && !peerSet {
 				s.peerBase, peerSet = p.H.BTH.PSN, true
 			}
-			if opt.AnswersOnly && p.Request() {
+			if opt.AnswersOnly && p.Request() && !peerSend(p) {
 				continue
+			}
+			if peerSend(p) {
+				s.peerSends = append(s.peerSends, len(s.exp))
 			}
 			s.exp = append(s.exp, p)
 			before++
 			continue
 		}
-		if opt.AnswersOnly && !p.Request() {
+		if opt.AnswersOnly && !p.Request() && !(p.H.Info().Kind == bth.KindAck && sendPSNs[p.H.BTH.PSN]) {
 			continue
 		}
 		s.plan = append(s.plan, step{p: p, n: len(s.plan) + 1, before: before, answer: !p.Request()})
@@ -243,6 +306,15 @@ func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, erro
 	if len(s.plan) == 0 {
 		return nil, fmt.Errorf("%v sent nothing in this conversation: play the other end", c.Ends[me])
 	}
+	s.regions = append(s.regions, live.Regions...)
+	for _, st := range s.plan {
+		if a, ok := ParseAdvert(c.Adverts, st.p.Payload); ok && st.p.H.Info().Kind == bth.KindSend {
+			if len(s.own) == 0 || a.VA < s.ownBase {
+				s.ownBase = a.VA
+			}
+			s.own = append(s.own, a)
+		}
+	}
 	if live.LocalPSN >= 0 {
 		s.ourOff = bth.PSN(live.LocalPSN & bth.PSNMask).Sub(s.ourBase)
 	}
@@ -254,8 +326,16 @@ func NewSession(c *Conversation, me int, live Live, opt Options) (*Session, erro
 }
 
 // Done reports whether the replay is over: every packet sent and every
-// recorded answer matched or given up.
-func (s *Session) Done() bool { return s.done }
+// recorded answer matched or given up; or, under a Limit, every one
+// recorded before it.
+func (s *Session) Done() bool { return s.done || s.paused }
+
+// Limit makes the session play only the recorded packets before the
+// capture's frame number frame (0: all of them): once it has sent those
+// and the answers recorded before frame came (or timed out), Done
+// reports true until a later Limit lets it go on. Several conversations
+// of one capture (Group) are played in their recorded order this way.
+func (s *Session) Limit(frame int) { s.limit, s.paused = frame, false }
 
 // Report returns the outcome so far.
 func (s *Session) Report() *Report {
@@ -299,8 +379,13 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 		k++
 	}
 	s.hold = s.hold[:k]
+	s.paused = false
 	for s.next < len(s.plan) {
+		s.postPeer()
 		st := &s.plan[s.next]
+		if s.limit > 0 && st.p.Frame >= s.limit {
+			break
+		}
 		if s.opt.Pace != PaceFast || st.answer {
 			if t, ok := s.waitAnswers(st.before, now); !ok {
 				soon(t)
@@ -317,8 +402,19 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 		s.send(st, now)
 		s.next++
 	}
-	if t, ok := s.waitAnswers(len(s.exp), now); !ok {
+	s.postPeer()
+	n := len(s.exp)
+	if s.limit > 0 {
+		for n > 0 && s.exp[n-1].Frame >= s.limit {
+			n--
+		}
+	}
+	if t, ok := s.waitAnswers(n, now); !ok {
 		soon(t)
+		return s.out, wake
+	}
+	if s.next < len(s.plan) || n < len(s.exp) {
+		s.paused = true
 		return s.out, wake
 	}
 	for _, h := range s.hold { // a reorder of the last packet: nothing came after it
@@ -327,6 +423,21 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 	s.hold = s.hold[:0]
 	s.done = true
 	return s.out, time.Time{}
+}
+
+// postPeer makes the peer send its SENDs (Options.PeerSend) whose turn
+// has come: those recorded before this end's next packet.
+func (s *Session) postPeer() {
+	for s.peerNext < len(s.peerSends) {
+		j := s.peerSends[s.peerNext]
+		if s.next < len(s.plan) && s.plan[s.next].before <= j {
+			return
+		}
+		s.peerNext++
+		if err := s.opt.PeerSend(s.exp[j]); err != nil {
+			s.rep.Unexpected = append(s.rep.Unexpected, fmt.Sprintf("the peer's SEND of frame %d not made: %v", s.exp[j].Frame, err))
+		}
+	}
 }
 
 // waitAnswers reports whether the first n recorded answers are matched
@@ -374,26 +485,22 @@ func (s *Session) send(st *step, now time.Time) {
 	info := h.Info()
 	if info.Request && !s.refused[st.p.Frame] {
 		if info.Has(bth.HdrRETH) {
-			if s.live.VASet {
-				h.VA = h.VA - s.vaBase + s.live.VA
-			}
-			if s.live.RKey >= 0 {
-				h.RKey = uint32(s.live.RKey)
-			}
+			h.RKey, h.VA = s.liveAddr(h.RKey, h.VA)
 		}
 		if info.Has(bth.HdrAtomicETH) {
-			if s.live.VASet {
-				h.AtomicVA = h.AtomicVA - s.vaBase + s.live.VA
-			}
-			if s.live.RKey >= 0 {
-				h.AtomicRKey = uint32(s.live.RKey)
-			}
+			h.AtomicRKey, h.AtomicVA = s.liveAddr(h.AtomicRKey, h.AtomicVA)
 		}
 	}
 	if info.Has(bth.HdrDETH) {
 		h.SrcQP = s.live.Local.QPN
 	}
-	n, err := bth.Encode(s.buf, &h, st.p.Payload)
+	payload := st.p.Payload
+	if a, ok := ParseAdvert(s.conv.Adverts, payload); ok && info.Kind == bth.KindSend {
+		payload = append([]byte(nil), payload...)
+		a = s.ownLive(a)
+		a.put(s.conv.Adverts, payload)
+	}
+	n, err := bth.Encode(s.buf, &h, payload)
 	if err != nil {
 		// A recorded packet decodes; re-encoding it cannot fail but for
 		// a mixed IP family given by the caller.
@@ -428,6 +535,76 @@ func (s *Session) send(st *step, now time.Time) {
 		}
 	}
 }
+
+// liveAddr rewrites the R_Key and VA of one of this end's requests: into
+// the live buffer of the peer's advert that names them, or by the live
+// setup's RKey and VA.
+func (s *Session) liveAddr(rkey uint32, va uint64) (uint32, uint64) {
+	for i := len(s.regions) - 1; i >= 0; i-- { // the latest advert of a buffer counts
+		r := &s.regions[i]
+		if r.Recorded.RKey == rkey && r.Recorded.Contains(va) {
+			return r.Live.RKey, va - r.Recorded.VA + r.Live.VA
+		}
+	}
+	if s.live.VASet {
+		va = va - s.vaBase + s.live.VA
+	}
+	if s.live.RKey >= 0 {
+		rkey = uint32(s.live.RKey)
+	}
+	return rkey, va
+}
+
+// ownLive is the live form of one of this end's recorded adverts.
+func (s *Session) ownLive(a Advert) Advert {
+	o := &s.live.Own
+	if o.Set {
+		a.RKey, a.VA = o.RKey, a.VA-s.ownBase+o.VA
+	}
+	if o.QPN != 0 {
+		a.QPN = o.QPN
+	}
+	if o.PSNSet {
+		a.PSN = o.PSN
+	}
+	if a.GID != ([16]byte{}) {
+		a.GID = gidOf(s.live.Local.IP)
+	}
+	return a
+}
+
+// advertisedAddr is the R_Key and VA a request of the peer's recorded
+// with wk and wv must name live: the same place in the buffer this end
+// advertised.
+func (s *Session) advertisedAddr(wk uint32, wv uint64) (uint32, uint64) {
+	o := &s.live.Own
+	if !o.Set {
+		return wk, wv
+	}
+	for _, a := range s.own {
+		if a.RKey == wk && a.Contains(wv) {
+			return o.RKey, wv - s.ownBase + o.VA
+		}
+	}
+	return wk, wv
+}
+
+// knows reports whether the latest region for rec's buffer is lv already
+// (perftest sends its advert again at every handshake).
+func (s *Session) knows(rec, lv Advert) bool {
+	for i := len(s.regions) - 1; i >= 0; i-- {
+		if r := s.regions[i]; r.Recorded.RKey == rec.RKey && r.Recorded.VA == rec.VA {
+			return r.Live == lv
+		}
+	}
+	return false
+}
+
+// Learnt returns the peer's buffers this session knows, recorded and
+// live: those of Live.Regions and those the peer advertised (perftest's
+// name the QP of its test conversation, which a replay of that one
+// takes as its Live.Regions).
+func (s *Session) Learnt() []Region { return append([]Region(nil), s.regions...) }
 
 // releaseReordered sends the packets held back by a reorder, after the
 // packet just queued.
@@ -488,6 +665,11 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 	}
 	if h.Info().Request && !s.peerKnown && want.Request() {
 		s.peerOff, s.peerKnown = h.BTH.PSN.Sub(want.H.BTH.PSN), true
+	}
+	if rec, ok := ParseAdvert(s.conv.Adverts, want.Payload); ok && want.H.Info().Kind == bth.KindSend && h.Info().Kind == bth.KindSend {
+		if lv, ok := ParseAdvert(s.conv.Adverts, payload); ok && !s.knows(rec, lv) {
+			s.regions = append(s.regions, Region{Recorded: rec, Live: lv})
+		}
 	}
 	a := Answer{Frame: want.Frame, Recorded: s.describe(&want.H, len(want.Payload), true), Live: s.describe(&h, len(payload), false),
 		RecordedDelay: s.recDelay[want]}
@@ -574,14 +756,39 @@ func (s *Session) compare(want *Packet, h *bth.Headers, payload []byte) []Diff {
 	if info.Has(bth.HdrAtomicAck) && w.AtomicAckOrig != h.AtomicAckOrig {
 		add("atomic_orig", fmt.Sprintf("%#x", w.AtomicAckOrig), fmt.Sprintf("%#x", h.AtomicAckOrig))
 	}
-	if len(want.Payload) != len(payload) {
-		add("length", len(want.Payload), len(payload))
-	} else if string(want.Payload) != string(payload) {
+	if s.conv.Adverts != AdvertNone && info.Request && !s.refused[want.Frame] {
+		// The peer's requests must name the buffers this end advertised
+		// (the recorded field is what it advertised, live).
+		var wk, lk uint32
+		var wv, lv uint64
+		switch {
+		case info.Has(bth.HdrRETH):
+			wk, wv = s.advertisedAddr(w.RKey, w.VA)
+			lk, lv = h.RKey, h.VA
+		case info.Has(bth.HdrAtomicETH):
+			wk, wv = s.advertisedAddr(w.AtomicRKey, w.AtomicVA)
+			lk, lv = h.AtomicRKey, h.AtomicVA
+		}
+		if wk != lk {
+			add("rkey", fmt.Sprintf("%#x", wk), fmt.Sprintf("%#x", lk))
+		}
+		if wv != lv {
+			add("va", fmt.Sprintf("%#x", wv), fmt.Sprintf("%#x", lv))
+		}
+	}
+	wp, lp := want.Payload, payload
+	if _, ok := ParseAdvert(s.conv.Adverts, wp); ok && info.Kind == bth.KindSend && len(lp) == len(wp) {
+		// An advert names the peer's live buffers: the rest must agree.
+		wp, lp = maskAdvert(s.conv.Adverts, wp), maskAdvert(s.conv.Adverts, lp)
+	}
+	if len(wp) != len(lp) {
+		add("length", len(wp), len(lp))
+	} else if string(wp) != string(lp) {
 		i := 0
-		for i < len(payload) && payload[i] == want.Payload[i] {
+		for i < len(lp) && lp[i] == wp[i] {
 			i++
 		}
-		add("payload", fmt.Sprintf("byte %d: %#02x", i, want.Payload[i]), fmt.Sprintf("%#02x", payload[i]))
+		add("payload", fmt.Sprintf("byte %d: %#02x", i, wp[i]), fmt.Sprintf("%#02x", lp[i]))
 	}
 	return d
 }

@@ -229,6 +229,10 @@ func perftestSkips(s *conform.Scenario, tool perftest.Tool) string {
 	switch {
 	case n.Peer:
 		return "the peer must be made to post requests: only --self can"
+	case n.Delivered:
+		return "checks the peer's receive completions: only --self shows them"
+	case n.UD:
+		return "needs a UD QP: perftest's exchange sets up RC ones"
 	case n.Flush:
 		return "needs the flush rights, which no perftest server grants"
 	case n.Write && verb != perftest.Write, n.Read && verb != perftest.Read, n.Atomic && verb != perftest.Atomic:

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/internal/app"
 	"github.com/uroce/uroce/internal/oob/perftest"
 	"github.com/uroce/uroce/internal/oob/pingpong"
@@ -32,7 +33,9 @@ with --qpn), plays one end's packets at a peer and checks the peer's live
 answers against the recorded ones: opcode, PSN, AETH syndrome and MSN,
 flags, lengths, READ and SEND payloads, atomic results. Every field that
 differs between the recording and the live setup (MACs, IPs, QPNs, PSNs,
-R_Key, VA) is rewritten and the ICRC recomputed.
+R_Key, VA) is rewritten and the ICRC recomputed; so are the buffers that
+rping and perftest -R name in their SENDs, the peer's learnt from its
+own (--list names such conversations).
 
 The peer:
   --self               a uroce device in this process, set up as the
@@ -49,8 +52,12 @@ The peer:
                        server on PEER, with the recorded run's flags
     --rdma-cm PORT     RDMA CM (REQ, REP, RTU on QP1, as an rdma_cm
                        client) with a listener on PORT of PEER (a
-                       ucmatose server started with the recorded flags);
-                       the connection is released (DREQ) after
+                       ucmatose, rping or perftest -R server started
+                       with the recorded flags); the connection is
+                       released (DREQ) after. A conversation whose
+                       buffers another one advertises (perftest -R's
+                       test QP: --qpn it) is played with that one, each
+                       on its own connection, in the recorded order
     --dest-qpn N       or by hand: the peer QP's number, with
     [--psn N]          the first PSN it expects (default: as recorded),
     [--peer-psn N]     its own first PSN (default: from its first request),
@@ -76,7 +83,7 @@ flags:
                        after the next one, sent D later
   --tolerate F,…       fields whose differences do not count: opcode,
                        psn, syndrome, msn, flags, length, payload,
-                       atomic_orig, dest_qpn
+                       atomic_orig, dest_qpn, rkey, va
   --json               the report as one JSON object
   -w FILE              write the replay's packets (both ways) as pcap
 
@@ -201,6 +208,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var link stack.Link
 	var live replay.Live
 	var establish func(play func(replay.Live) error) error // runs play inside the peer's exchange
+	var staged func() ([]*replay.Report, error)            // plays several conversations
+	parts := append(replay.Related(convs, c), c)
 	if *self {
 		sp, err := replay.NewSelfPeer(c, me)
 		if err != nil {
@@ -208,7 +217,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 		defer sp.Close()
-		opt.AnswersOnly = true // the self peer only responds
+		opt.AnswersOnly = true // the self peer only responds,
+		if c.Adverts != replay.AdvertNone {
+			opt.PeerSend = sp.PeerSend // but for its SENDs, which name its buffers
+		}
 		link, live = sp.Link, sp.Live
 	} else {
 		peer, err := netip.ParseAddr(files[1])
@@ -294,40 +306,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				live.Peer.QPN, live.PeerPSN = remote[0].QPN, int64(remote[0].PSN)
 				return play(live)
 			}
+		case *cmPort > 0 && len(parts) > 1:
+			// The conversation's buffers are named in another one's
+			// SENDs (perftest -R): play them all, in the recorded order.
+			staged = func() ([]*replay.Report, error) {
+				return replayStaged(ctx, parts, live, link, tap, uint16(*cmPort), opt)
+			}
 		case *cmPort > 0:
 			establish = func(play func(replay.Live) error) error {
-				mtu := stack.MTU1024
-				for mtu < stack.MTU4096 && mtu.Bytes() < max(rec.PMTU, peerRec.PMTU) {
-					mtu++
-				}
-				// As rdma_cm clients are used: connect again while the
-				// server does not listen yet, for a few seconds.
-				var cmc *replay.CM
-				for deadline := time.Now().Add(5 * time.Second); ; {
-					if cmc, err = replay.NewCM(live, uint16(*cmPort), peerRec.PSN, mtu); err != nil {
-						return err
-					}
-					cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-					err = replay.Drive(cctx, cmc, link, tap)
-					cancel()
-					if err == nil {
-						err = cmc.Err()
-					}
-					var rej *replay.RejectError
-					if errors.As(err, &rej) && rej.Reason == mad.RejInvalidServiceID && time.Now().Before(deadline) {
-						time.Sleep(100 * time.Millisecond)
-						continue
-					}
-					break
-				}
+				cmc, err := connectCM(ctx, live, uint16(*cmPort), peerRec.PSN, cmMTU(rec, peerRec), link, tap)
 				if err != nil {
-					return fmt.Errorf("rdma cm with %v port %d: %w", peer, *cmPort, err)
+					return err
 				}
 				perr := play(cmc.Live())
-				cmc.Disconnect()
-				dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				replay.Drive(dctx, cmc, link, tap) // DREQ, DREP: a peer already gone does not answer
-				cancel()
+				disconnectCM(ctx, cmc, link, tap)
 				return perr
 			}
 		default:
@@ -337,15 +329,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if establish == nil {
 		establish = func(play func(replay.Live) error) error { return play(live) }
 	}
-	var rep *replay.Report
-	err = establish(func(live replay.Live) error {
-		s, err := replay.NewSession(c, me, live, opt)
-		if err != nil {
+	var reps []*replay.Report
+	if staged != nil {
+		reps, err = staged()
+	} else {
+		err = establish(func(live replay.Live) error {
+			s, err := replay.NewSession(c, me, live, opt)
+			if err != nil {
+				return err
+			}
+			rep, err := replay.Run(ctx, s, link, tap)
+			reps = append(reps, rep)
 			return err
-		}
-		rep, err = replay.Run(ctx, s, link, tap)
-		return err
-	})
+		})
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "uroce replay: %v\n", err)
 	}
@@ -354,19 +351,150 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "uroce replay: %v\n", werr)
 		}
 	}
-	if rep == nil {
+	if len(reps) == 0 {
 		return 1
 	}
-	if *jsonOut {
-		e := json.NewEncoder(stdout)
-		e.Encode(rep)
-	} else {
-		rep.WriteText(stdout)
+	agree := true
+	for i, rep := range reps {
+		if *jsonOut {
+			json.NewEncoder(stdout).Encode(rep)
+		} else {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			rep.WriteText(stdout)
+		}
+		agree = agree && rep.Agree
 	}
-	if err != nil || !rep.Agree {
+	if err != nil || !agree {
 		return 1
 	}
 	return 0
+}
+
+// cmMTU is the path MTU a connection asks for: what the recorded
+// packets show, at least 1024.
+func cmMTU(rec, peerRec replay.Recorded) stack.MTU {
+	mtu := stack.MTU1024
+	for mtu < stack.MTU4096 && mtu.Bytes() < max(rec.PMTU, peerRec.PMTU) {
+		mtu++
+	}
+	return mtu
+}
+
+// connectCM connects live.Local's QP to the RDMA CM listener on port of
+// live.Peer. As rdma_cm clients are used, it connects again while the
+// server does not listen yet, for a few seconds.
+func connectCM(ctx context.Context, live replay.Live, port uint16, psn bth.PSN, mtu stack.MTU, link stack.Link, tap func([]byte, bool)) (*replay.CM, error) {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		cmc, err := replay.NewCM(live, port, psn, mtu)
+		if err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err = replay.Drive(cctx, cmc, link, tap)
+		cancel()
+		if err == nil {
+			err = cmc.Err()
+		}
+		var rej *replay.RejectError
+		if errors.As(err, &rej) && rej.Reason == mad.RejInvalidServiceID && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rdma cm with %v port %d: %w", live.Peer.IP, port, err)
+		}
+		return cmc, nil
+	}
+}
+
+// disconnectCM releases a connection (DREQ, DREP: a peer already gone
+// does not answer).
+func disconnectCM(ctx context.Context, cmc *replay.CM, link stack.Link, tap func([]byte, bool)) {
+	cmc.Disconnect()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	replay.Drive(dctx, cmc, link, tap)
+	cancel()
+}
+
+// replayStaged plays several conversations of one capture at the peer
+// (perftest -R's exchange and test conversations), each on a connection
+// of its own made at its recorded REQ, in the recorded order
+// (replay.Stages): a conversation's session starts with the buffers the
+// others learnt from the peer's adverts. It returns a report per
+// conversation.
+func replayStaged(ctx context.Context, parts []*replay.Conversation, base replay.Live, link stack.Link, tap func([]byte, bool),
+	port uint16, opt replay.Options) ([]*replay.Report, error) {
+	g := &replay.Group{}
+	sess := make([]*replay.Session, len(parts))
+	cms := make([]*replay.CM, len(parts))
+	defer func() { // the last connection made is released first
+		for i := len(cms) - 1; i >= 0; i-- {
+			if cms[i] != nil {
+				disconnectCM(ctx, cms[i], link, tap)
+			}
+		}
+	}()
+	reports := func() []*replay.Report {
+		var r []*replay.Report
+		for _, s := range sess {
+			if s != nil {
+				r = append(r, s.Report())
+			}
+		}
+		return r
+	}
+	mes := make([]int, len(parts))
+	for k, c := range parts {
+		if c.CMClient < 0 {
+			return nil, fmt.Errorf("%v: the capture has no RDMA CM request for it", c)
+		}
+		mes[k] = c.CMClient
+		if c.Ends[mes[k]].IP != parts[len(parts)-1].Ends[parts[len(parts)-1].CMClient].IP {
+			return nil, fmt.Errorf("%v: its requests come from another address", c)
+		}
+	}
+	stages := replay.Stages(parts)
+	for i, b := range stages {
+		next := 0
+		if i+1 < len(stages) {
+			next = stages[i+1]
+		}
+		for k, c := range parts {
+			rec, peerRec := c.Recorded(mes[k]), c.Recorded(1-mes[k])
+			if c.CMFrame == b {
+				live := base
+				live.Local.QPN = rec.QPN
+				cmc, err := connectCM(ctx, live, port, peerRec.PSN, cmMTU(rec, peerRec), link, tap)
+				if err != nil {
+					return reports(), err
+				}
+				cms[k] = cmc
+			}
+			if c.Packets[0].Frame == b {
+				live := cms[k].Live()
+				for _, s := range sess {
+					if s != nil {
+						live.Regions = append(live.Regions, s.Learnt()...)
+					}
+				}
+				s, err := replay.NewSession(c, mes[k], live, opt)
+				if err != nil {
+					return reports(), err
+				}
+				sess[k] = s
+				g.Sessions = append(g.Sessions, s)
+			}
+		}
+		for _, s := range g.Sessions {
+			s.Limit(next)
+		}
+		if err := replay.Drive(ctx, g, link, tap); err != nil {
+			return reports(), err
+		}
+	}
+	return reports(), nil
 }
 
 // packetSet parses "3,5-7".

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +63,22 @@ func TestReplayUsage(t *testing.T) {
 	}
 	if code, out, _ := runArgs("replay", "--list", sendLat); code != 0 || !strings.Contains(out, "RC: 192.0.2.3 qp 0x11 <-> 192.0.2.1 qp 0x1d") {
 		t.Errorf("--list: exit %d: %s", code, out)
+	}
+}
+
+// TestReplayAdvertsList: --list names the conversations whose SENDs
+// carry buffers (skipped without the shared captures).
+func TestReplayAdvertsList(t *testing.T) {
+	for file, want := range map[string]string{
+		"rping.pcap":       "RC: 192.0.2.2 qp 0x12 <-> 192.0.2.1 qp 0x11, 36 packets (18 and 18), buffers named in rping SENDs",
+		"write_bw_cm.pcap": "RC: 192.0.2.2 qp 0x11 <-> 192.0.2.1 qp 0x11, 64 packets (32 and 32), buffers named in perftest SENDs",
+	} {
+		path := filepath.Join("..", "..", "..", "shared", "pcaps", "rxe-6.1", file)
+		if _, err := os.Stat(path); err != nil {
+			t.Skipf("no reference captures: %v", err)
+		}
+		if code, out, _ := runArgs("replay", "--list", path); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%s: exit %d: %s", file, code, out)
+		}
 	}
 }

@@ -66,6 +66,20 @@ func TestReplayRxe(t *testing.T) {
 	// ucmatose fills its messages differently at every run.
 	steps = append(steps, replayStep("replay-ucmatose", "ucmatose -C 2 -S 64", "ucmatose.pcap", 0, agrees, "--rdma-cm", "7471",
 		"--tolerate", "payload"))
+	// Buffers named in SENDs. rping: the recorded client advertises its
+	// buffers in SENDs and answers the live server's READ and WRITE to
+	// them (checked: they must name what it advertised). ib_write_bw -R:
+	// two connections, the exchange's and the test's, played in the
+	// recorded order; the server's buffer, learnt from its advert on the
+	// first, is what the WRITEs on the second name. perftest's report
+	// messages at the end hold the measured figures: payload tolerated.
+	steps = append(steps, replayStep("replay-rping", "rping -s -v -a "+guestAddr+" -C 3 -S 64", "rping.pcap", 0, agrees, "--rdma-cm", "7174"))
+	steps = append(steps, replayStep("replay-write_bw_cm", "ib_write_bw -d rxe0 -R -n 5 -s 3000 -F", "write_bw_cm.pcap", 0,
+		func(t *testing.T, out string) {
+			if n := strings.Count(out, "the live peer agrees with the recording"); n != 2 {
+				t.Errorf("want both conversations to agree, %d do:\n%s", n, out)
+			}
+		}, "--rdma-cm", "18515", "--qpn", "0x12", "--tolerate", "payload"))
 	// The project's own captures (pcaps/rxe-6.1): uroce's side of a run
 	// with rxe, or rxe's side of a run with uroce, played at rxe.
 	own := filepath.Join("..", "..", "pcaps", "rxe-6.1")
