@@ -202,12 +202,19 @@ func TestAdvertPerftest(t *testing.T) {
 	if !r.Agree {
 		t.Fatal("the test conversation does not agree")
 	}
+	wantWrites(t, sent, 5, 0xdef, 0x200000)
+}
+
+// wantWrites checks that sent holds n WRITEs with a RETH, each naming
+// rkey and va.
+func wantWrites(t *testing.T, sent [][]byte, n int, rkey uint32, va uint64) {
+	t.Helper()
 	keys, vas := rdmaRequests(t, sent)
-	if len(keys) != 5 {
-		t.Fatalf("%d WRITEs with a RETH, want 5", len(keys))
+	if len(keys) != n {
+		t.Fatalf("%d WRITEs with a RETH, want %d", len(keys), n)
 	}
 	for i := range keys {
-		if keys[i] != 0xdef || vas[i] != 0x200000 {
+		if keys[i] != rkey || vas[i] != va {
 			t.Errorf("WRITE %d names rkey %#x va %#x", i, keys[i], vas[i])
 		}
 	}
@@ -286,15 +293,7 @@ func TestGroupPerftest(t *testing.T) {
 			}
 		}
 	}
-	keys, vas := rdmaRequests(t, testSent)
-	if len(keys) != 5 {
-		t.Fatalf("%d WRITEs with a RETH in the test stage, want 5", len(keys))
-	}
-	for i := range keys {
-		if keys[i] != 0xdef || vas[i] != 0x200000 {
-			t.Errorf("WRITE %d names rkey %#x va %#x", i, keys[i], vas[i])
-		}
-	}
+	wantWrites(t, testSent, 5, 0xdef, 0x200000)
 }
 
 // TestSelfPeerAdverts plays rping's server end at a self peer that makes
