@@ -310,7 +310,7 @@ func TestSelfPeerAdverts(t *testing.T) {
 	live := sp.Live
 	live.RKey, live.VASet = -1, false
 	s, err := NewSession(c, 1, live, Options{Timeout: 2 * time.Second, AnswersOnly: true, PeerSend: sp.PeerSend,
-		Tolerate: map[string]bool{"payload": true}})
+		Tolerate: map[string]bool{"payload": true, "resent": true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,6 +217,28 @@ func TestSessionCraftedAnswers(t *testing.T) {
 	if r.Agree || len(r.Unexpected) != 1 {
 		t.Fatalf("duplicate answer: agree %v, unexpected %v", r.Agree, r.Unexpected)
 	}
+	// The same, the answer a request of the peer's: with resent
+	// tolerated, its retransmission is counted, not an answer.
+	var last *Packet
+	for i := range c.Packets {
+		if c.Packets[i].From != me {
+			last = &c.Packets[i]
+		}
+	}
+	if last != nil && last.Request() {
+		r, _ = newS(Options{Tolerate: map[string]bool{"resent": true}}).run(func(k int) [][]byte {
+			a := dupAnswers(k)
+			if k == 9 && len(a) > 0 {
+				a = append(a, a[len(a)-1])
+			}
+			return a
+		})
+		if !r.Agree || r.Resent != 1 || len(r.Unexpected) != 0 {
+			t.Fatalf("resent request: agree %v, resent %d, unexpected %v", r.Agree, r.Resent, r.Unexpected)
+		}
+	} else {
+		t.Fatalf("the capture's last packet is not a request of the peer's")
+	}
 	// A bad ICRC is counted, not matched.
 	r, _ = newS(Options{}).run(func(k int) [][]byte {
 		a := recorded(c, me, nil)(k)
@@ -346,6 +368,7 @@ func TestSelfPeer(t *testing.T) {
 				opt := Options{Timeout: 2 * time.Second, AnswersOnly: true}
 				if c.Adverts != AdvertNone {
 					opt.PeerSend = sp.PeerSend
+					opt.Tolerate = map[string]bool{"resent": true} // the self peer's own timers
 				}
 				s, err := NewSession(c, me, sp.Live, opt)
 				if err != nil {

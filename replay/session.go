@@ -155,7 +155,13 @@ type Report struct {
 	Unexpected   []string `json:"unexpected,omitempty"`
 	// CNPs counts the congestion notifications the live peer sent: not
 	// answers (a conversation leaves the recorded ones out too).
-	CNPs        int            `json:"cnps,omitempty"`
+	CNPs int `json:"cnps,omitempty"`
+	// Resent counts, with --tolerate resent, the live peer's requests
+	// that came again at a PSN it had sent already (a retransmission of
+	// its own, for an answer of this end's that came later than its
+	// timers wanted), left out of the answers; without it they are
+	// answers that differ.
+	Resent      int            `json:"resent,omitempty"`
 	BadICRC     int            `json:"bad_icrc,omitempty"`
 	Differences map[string]int `json:"differences,omitempty"` // counted fields, tolerated ones left out
 	Agree       bool           `json:"agree"`
@@ -201,6 +207,8 @@ type Session struct {
 	ourBase, peerBase bth.PSN // recorded first PSNs
 	ourOff, peerOff   int
 	peerKnown         bool
+	peerHigh          bth.PSN // the highest PSN of a live request of the peer's ...
+	peerSeen          bool    // ... once one came
 	vaBase            uint64
 	refused           map[int]bool // frames whose keys and addresses stay as recorded
 	// Adverts: this end's recorded ones (lowest VA ownBase), and the
@@ -403,6 +411,21 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 		s.next++
 	}
 	s.postPeer()
+	for s.peerNext < len(s.peerSends) { // the peer's last SENDs wait for the answers before them
+		j := s.peerSends[s.peerNext]
+		if s.next < len(s.plan) && s.plan[s.next].before <= j {
+			break
+		}
+		if t, ok := s.waitAnswers(j, now); !ok {
+			soon(t)
+			return s.out, wake
+		}
+		before := s.peerNext
+		s.postPeer()
+		if s.peerNext == before {
+			break
+		}
+	}
 	n := len(s.exp)
 	if s.limit > 0 {
 		for n > 0 && s.exp[n-1].Frame >= s.limit {
@@ -426,11 +449,16 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 }
 
 // postPeer makes the peer send its SENDs (Options.PeerSend) whose turn
-// has come: those recorded before this end's next packet.
+// has come: those recorded before this end's next packet, once the
+// answers recorded before them are in (or given up), so that they come
+// in the recorded order.
 func (s *Session) postPeer() {
 	for s.peerNext < len(s.peerSends) {
 		j := s.peerSends[s.peerNext]
 		if s.next < len(s.plan) && s.plan[s.next].before <= j {
+			return
+		}
+		if s.matched < j {
 			return
 		}
 		s.peerNext++
@@ -646,6 +674,18 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 	var h bth.Headers
 	p.Headers(&h)
 	payload := p.Payload()
+	if h.Info().Request {
+		// Unless the recording has the peer send that PSN again next.
+		expected := s.matched < len(s.exp) && s.exp[s.matched].Request() && s.peerKnown &&
+			s.exp[s.matched].H.BTH.PSN.Add(int(s.peerOff)) == h.BTH.PSN
+		if s.peerSeen && h.BTH.PSN.LessEq(s.peerHigh) && !expected && s.opt.Tolerate["resent"] {
+			s.rep.Resent++
+			return true
+		}
+		if !s.peerSeen || s.peerHigh.Less(h.BTH.PSN) {
+			s.peerHigh, s.peerSeen = h.BTH.PSN, true
+		}
+	}
 	if s.matched >= len(s.exp) {
 		s.rep.Unexpected = append(s.rep.Unexpected, s.describe(&h, len(payload), false))
 		return true
