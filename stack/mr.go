@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,34 @@ func (mr *MR) Bytes() []byte { return mr.buf }
 
 // Access returns the region's rights.
 func (mr *MR) Access() Access { return mr.access }
+
+// ReadAt copies the region's bytes from offset off into p while no
+// engine of the device is processing a batch: what peers write there
+// without a completion to say so (a UC or RC WRITE without immediate
+// data) is read as a whole packet's bytes at a time, and without racing
+// the engine that writes them. It is for programs that watch their
+// memory; reading Bytes after a completion needs no such care. It fails
+// for a region registered with RegisterMRBacked.
+func (mr *MR) ReadAt(p []byte, off int64) (int, error) {
+	if mr.buf == nil {
+		return 0, fmt.Errorf("read mr: a backed region: %w", ErrInvalidArg)
+	}
+	if off < 0 || off > int64(len(mr.buf)) {
+		return 0, fmt.Errorf("read mr: offset %d of %d bytes: %w", off, len(mr.buf), ErrInvalidArg)
+	}
+	d := mr.pd.dev
+	for _, e := range d.engines {
+		e.batchMu.Lock()
+	}
+	n := copy(p, mr.buf[off:])
+	for _, e := range d.engines {
+		e.batchMu.Unlock()
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
 
 // PD returns the region's protection domain.
 func (mr *MR) PD() *PD { return mr.pd }

@@ -299,6 +299,7 @@ func (s *session) runUC(ctx context.Context) (OpResult, error) {
 	size := s.w.Size
 	r := OpResult{Op: UCWrite, Size: size}
 	ok := make([]bool, s.slots)
+	got := make([]byte, size)
 	var sg [1]stack.SGE
 	start := time.Now()
 	for base := 0; base < s.w.Count; base += s.slots {
@@ -323,7 +324,15 @@ func (s *session) runUC(ctx context.Context) (OpResult, error) {
 		left, last := m, time.Now()
 		for left > 0 && time.Since(last) < s.w.LossWait {
 			for j := 0; j < m; j++ {
-				if !ok[j] && bytes.Equal(s.b.buf[s.slot(j):s.slot(j)+size], s.pattern(base+j, size)) {
+				if ok[j] {
+					continue
+				}
+				// No completion tells when the engine is done writing
+				// a UC WRITE: ReadAt reads between its batches.
+				if _, err := s.b.mr.ReadAt(got, int64(s.slot(j))); err != nil {
+					return r, err
+				}
+				if bytes.Equal(got, s.pattern(base+j, size)) {
 					ok[j] = true
 					left--
 					last = time.Now()
