@@ -113,8 +113,10 @@ func TestDaemonMW(t *testing.T) {
 		t.Fatalf("read through a type 2 window: %+v", wc)
 	}
 
-	// Binds and invalidations retire when the daemon executes them:
-	// unsignaled, many more than the send queue holds go through.
+	// Binds and invalidations retire in send-queue order, as other
+	// requests do: many more than the send queue holds go through, every
+	// 16th signaled (a completion shows the room the ones before it
+	// left, as for any unsignaled request).
 	mw4, err := B.pd.AllocMW(stack.MWType2)
 	if err != nil {
 		t.Fatal(err)
@@ -129,13 +131,16 @@ func TestDaemonMW(t *testing.T) {
 				MWBind: verbs.MWBind{MR: region, Addr: base, Length: 64, Access: stack.AccessRemoteRead}}}
 		}
 		wr.InvRKey = k
+		if i%16 == 15 {
+			wr.Flags = stack.SendSignaled
+		}
 		for {
 			err := qb.PostSend(&wr)
 			if err == nil {
 				break
 			}
 			if !errors.Is(err, stack.ErrQueueFull) || time.Now().After(deadline) {
-				t.Fatalf("request %d of 200 unsignaled binds and invalidations: %v", i, err)
+				t.Fatalf("request %d of 200 binds and invalidations: %v", i, err)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -144,8 +149,16 @@ func TestDaemonMW(t *testing.T) {
 		RKey: stack.IncRKey(k), MWBind: verbs.MWBind{MR: region, Addr: base, Length: 64, Access: stack.AccessRemoteRead}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitN(t, B.cq, 1)[0]; wc.ID != 41 || wc.Status != stack.WCSuccess {
-		t.Fatalf("bind after 200 unsignaled ones: %+v", wc)
+	wcs := waitN(t, B.cq, 200/16+1)
+	for i, wc := range wcs {
+		if want := uint64(40); i == len(wcs)-1 {
+			want = 41
+			if wc.ID != want || wc.Status != stack.WCSuccess {
+				t.Fatalf("bind after 200 others: %+v", wc)
+			}
+		} else if wc.ID != want || wc.Status != stack.WCSuccess {
+			t.Fatalf("completion %d of the binds and invalidations: %+v", i, wc)
+		}
 	}
 	if err := mw4.Dealloc(); err != nil {
 		t.Fatal(err)

@@ -436,6 +436,9 @@ type SendWR struct {
 	FlushType  FlushType  // FLUSH
 	FlushLevel FlushLevel // FLUSH
 	FlushLen   uint32     // FLUSH with FlushRange: the bytes from RemoteAddr
+	// Bind is a BIND_MW's binding; RKey is the window's new R_Key
+	// (LOCAL_INV names its key in InvRKey). Env.Local carries both out.
+	Bind LocalBind
 	// Inline, with SendInline, is the data to send, taken instead of
 	// what SG names (whose keys inline data does not need).
 	Inline []byte
@@ -443,6 +446,27 @@ type SendWR struct {
 	AH         *AddressVector
 	RemoteQPN  uint32
 	RemoteQKey uint32
+}
+
+// LocalBind is what a BIND_MW work request binds (ibv_mw_bind_info):
+// Length bytes at Addr of the region whose L_Key is MR, with Access.
+type LocalBind struct {
+	MR     uint32
+	Addr   uint64
+	Length uint64
+	Access Access
+}
+
+// LocalOps carries out a QP's local operations, BIND_MW and LOCAL_INV,
+// when the requester reaches them in the send queue: after the requests
+// posted before them have been sent, before those after them (a fence
+// waits for the READs and atomics before it, as for any request). They
+// consume no PSN; their completions come in send-queue order.
+type LocalOps interface {
+	// Execute carries out wr and returns its completion status: a
+	// failure (WCMWBindErr, WCLocQPOpErr) moves the QP out of service
+	// as a failed request does.
+	Execute(wr *SendWR) WCStatus
 }
 
 // RecvWR is a receive work request (ibv_recv_wr). The QP copies it.
@@ -622,6 +646,9 @@ type Env struct {
 	// Counters the QP increments; may be shared by QPs of one device
 	// only when all of them run on one goroutine.
 	Counters *Counters
+	// Local, when set, lets RC and UC QPs take BIND_MW and LOCAL_INV
+	// work requests (LocalOps).
+	Local LocalOps
 }
 
 // Counters are per-QP (or per-device) protocol counters named after the

@@ -20,6 +20,7 @@ type QP struct {
 	sink  CompletionSink
 	ctr   *Counters
 	stash Stash
+	local LocalOps
 	state State
 	attr  Attr
 	mtu   int      // path MTU in bytes (UD: the port MTU)
@@ -111,7 +112,7 @@ func New(caps Caps, env Env) (*QP, error) {
 		}
 	}
 	q := &QP{caps: caps, typ: caps.Type, qpn: caps.QPN, mem: env.Mem, out: env.Out, sink: env.Sink,
-		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash, cc: ccState{on: caps.DCQCN != nil}}
+		ctr: env.Counters, pkey: caps.PKey, srq: caps.SRQ, stash: env.Stash, local: env.Local, cc: ccState{on: caps.DCQCN != nil}}
 	gap := caps.CNP.MinInterval
 	if gap == 0 {
 		gap = DefaultCNPInterval
@@ -264,7 +265,7 @@ func (q *QP) sendWC(w *sendWQE, st WCStatus, force bool) {
 var wcOpcode = [...]WCOpcode{
 	WRSend: WCSend, WRSendWithImm: WCSend, WRSendWithInv: WCSend, WRWrite: WCRDMAWrite,
 	WRWriteWithImm: WCRDMAWrite, WRRead: WCRDMARead, WRCompareSwap: WCCompSwap, WRFetchAdd: WCFetchAdd,
-	WRFlush: WCFlush, WRAtomicWrite: WCAtomicWrite,
+	WRFlush: WCFlush, WRAtomicWrite: WCAtomicWrite, WRBindMW: WCBindMW, WRLocalInv: WCLocalInv,
 }
 
 // recvWC completes the receive WQE in progress.

@@ -134,7 +134,7 @@ func (s *sendQueue) push(wr *SendWR, length uint32, inline bool, mem Memory) *se
 	*w = sendWQE{length: length, wr: SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvRKey: wr.InvRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd,
 		Swap: wr.Swap, FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
-		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}}
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey, Bind: wr.Bind}}
 	if s.avs != nil && wr.AH != nil {
 		s.avs[i].set(&wr.AH.Path)
 	}

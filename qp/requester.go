@@ -146,6 +146,9 @@ func (o WROpcode) String() string {
 // ATOMIC_WRITE (answered by a zero-length READ response).
 func isRdAtomic(o WROpcode) bool { return o >= WRRead && o <= WRAtomicWrite }
 
+// isLocal reports whether a request is a local operation (LocalOps).
+func isLocal(o WROpcode) bool { return o == WRBindMW || o == WRLocalInv }
+
 // writesLocal reports whether a request's response is written into its
 // local buffers (READ and the fetching atomics).
 func writesLocal(o WROpcode) bool { return o >= WRRead && o <= WRFetchAdd }
@@ -154,9 +157,9 @@ func writesLocal(o WROpcode) bool { return o >= WRRead && o <= WRFetchAdd }
 func opAllowed(t Type, o WROpcode) bool {
 	switch t {
 	case RC:
-		return o <= WRAtomicWrite
+		return o <= WRAtomicWrite || isLocal(o)
 	case UC:
-		return o == WRSend || o == WRSendWithImm || o == WRWrite || o == WRWriteWithImm
+		return o == WRSend || o == WRSendWithImm || o == WRWrite || o == WRWriteWithImm || isLocal(o)
 	case UD:
 		return o == WRSend || o == WRSendWithImm
 	}
@@ -174,6 +177,9 @@ func (q *QP) PostSend(now Time, wr *SendWR) error {
 	}
 	if !opAllowed(q.typ, wr.Opcode) {
 		return fmt.Errorf("post send: qp %#x: %s on a %s qp: %w", q.qpn, wr.Opcode, q.typ, ErrInvalidWR)
+	}
+	if isLocal(wr.Opcode) && (q.local == nil || len(wr.SG) > 0) {
+		return fmt.Errorf("post send: qp %#x: %s without local operations or with sges: %w", q.qpn, wr.Opcode, ErrInvalidWR)
 	}
 	if len(wr.SG) > q.sq.maxSGE {
 		return fmt.Errorf("post send: qp %#x: %d sges, max %d: %w", q.qpn, len(wr.SG), q.sq.maxSGE, ErrTooManySGE)
@@ -239,6 +245,9 @@ func (q *QP) canStart(w *sendWQE) bool {
 	if q.typ != RC {
 		return true
 	}
+	if isLocal(w.wr.Opcode) {
+		return w.wr.Flags&SendFence == 0 || q.rdOut == 0
+	}
 	if q.creditFor(q.sq.next, w, 0) == creditWait {
 		return false
 	}
@@ -287,6 +296,19 @@ func (q *QP) start(w *sendWQE) bool {
 		}
 	}
 	w.first = q.nextPSN
+	if isLocal(w.wr.Opcode) {
+		// Carried out now, in its turn; no PSN, nothing to send.
+		q.sq.next++
+		if st == WCSuccess {
+			st = q.local.Execute(&w.wr)
+		}
+		if st != WCSuccess {
+			q.failWQE(w, st)
+			return false
+		}
+		w.done = true
+		return true
+	}
 	w.npkts = q.pkts(w)
 	q.sq.next++
 	if st != WCSuccess {
@@ -340,6 +362,12 @@ func (q *QP) sendOne(now Time) bool {
 		w := sq.at(sq.next)
 		if !q.canStart(w) || !q.start(w) {
 			return false
+		}
+		if w.done { // a local operation: carried out, and retired in its turn
+			q.curIdx = sq.next
+			q.curPkt = 0
+			q.retire()
+			return true
 		}
 	} else if q.windowFull() || q.creditHeld() {
 		return false

@@ -219,55 +219,51 @@ func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 	return nil
 }
 
-// postLocal executes an OpBindMW or OpLocalInv work request when it is
-// posted; the caller holds the QP's lock. It retires at once
-// (QPInit.SendRetired) and completes with WCSuccess when signaled (or
-// on a QP that signals all); a failure completes with WCMWBindErr
-// (bind) or WCLocQPOpErr (invalidation), as rdma_rxe's, and moves the
-// QP to ERR.
-func (q *QP) postLocal(wr *SendWR) error {
-	if q.init.Type != RC && q.init.Type != UC {
-		return fmt.Errorf("%s on a %s qp: %w", wr.Op, q.init.Type, ErrInvalidWR)
-	}
-	switch q.q.State() {
-	case StateReset, StateInit, StateRTR:
-		return fmt.Errorf("qp in %s: %w", q.q.State(), ErrInvalidState)
-	case StateErr, StateSQE:
-		q.localDone++
-		q.retired()
-		q.completeLocal(&WC{ID: wr.ID, Status: WCWRFlushErr, Opcode: localOpcode(wr.Op), QPN: q.qpn})
-		return nil
-	}
-	st := WCSuccess
-	switch wr.Op {
+// qpLocal carries out a QP's OpBindMW and OpLocalInv work requests
+// (qp.LocalOps) when the QP's requester reaches them in the send queue,
+// in an engine with the QP's lock held. A failure completes with
+// WCMWBindErr (bind) or WCLocQPOpErr (invalidation), as rdma_rxe's, and
+// moves the QP to ERR.
+type qpLocal QP
+
+// Execute implements qp.LocalOps.
+func (l *qpLocal) Execute(wr *qp.SendWR) WCStatus {
+	q := (*QP)(l)
+	switch wr.Opcode {
 	case OpBindMW:
-		mw := wr.BindMW.MW
-		if mw == nil || mw.typ != MWType2 || mw.bind(q, wr.BindMW.RKey, wr.BindMW.MWBind) != nil {
-			st = WCMWBindErr
+		tb := &q.pd.dev.mrs
+		tb.mu.RLock()
+		mw := tb.mw[wr.RKey>>8]
+		var mr *MR
+		if wr.Bind.MR != 0 {
+			if mr = tb.m[wr.Bind.MR>>8]; mr != nil && mr.lkey != wr.Bind.MR {
+				mr = nil
+			}
+		}
+		tb.mu.RUnlock()
+		if wr.RKey == 0 || mw == nil || mw.typ != MWType2 || (wr.Bind.MR != 0 && mr == nil) {
+			return WCMWBindErr
+		}
+		b := MWBind{MR: mr, Addr: wr.Bind.Addr, Length: wr.Bind.Length, Access: wr.Bind.Access}
+		if mw.bind(q, wr.RKey, b) != nil {
+			return WCMWBindErr
 		}
 	case OpLocalInv:
 		if !q.pd.invalidate(wr.InvRKey, true) {
-			st = WCLocQPOpErr
+			return WCLocQPOpErr
 		}
 	}
-	q.localDone++
-	q.retired()
-	if st != WCSuccess || wr.Flags&SendSignaled != 0 || q.init.SignalAll {
-		q.completeLocal(&WC{ID: wr.ID, Status: st, Opcode: localOpcode(wr.Op), QPN: q.qpn})
-	}
-	if st != WCSuccess {
-		if err := q.q.Modify(q.dev.clock.Now(), &qp.Attr{State: StateErr}, qp.AttrState); err != nil {
-			return err
-		}
-	}
-	return nil
+	return WCSuccess
 }
 
-func localOpcode(o Opcode) WCOpcode {
-	if o == OpBindMW {
-		return WCBindMW
+// localBindKey returns the R_Key an OpBindMW gives its window: b's, or 0
+// (which Execute refuses) when it names no window or changes the
+// window's index.
+func localBindKey(b MWBindWR) uint32 {
+	if b.MW == nil || b.RKey>>8 != b.MW.RKey()>>8 {
+		return 0
 	}
-	return WCLocalInv
+	return b.RKey
 }
 
 // completeLocal puts a completion of a local operation on the send CQ;

@@ -58,7 +58,8 @@ func (e *mwEnv) accessOn(t *testing.T, qa *QP, op Opcode, rkey uint32, addr uint
 }
 
 // local posts an OpBindMW or OpLocalInv on a fresh QP of B and returns
-// its completion, which is there when PostSend returns.
+// its completion, which comes when the engine reaches it in the send
+// queue.
 func (e *mwEnv) local(t *testing.T, wr SendWR) WC {
 	t.Helper()
 	_, qb := e.pair(t)
@@ -72,8 +73,8 @@ func (e *mwEnv) localOn(t *testing.T, qb *QP, wr SendWR) WC {
 	if err := qb.PostSend(&wr); err != nil {
 		t.Fatal(err)
 	}
-	wcs := make([]WC, 2)
-	if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != 5 || wcs[0].QPN != qb.QPN() {
+	wcs := pollN(t, e.s, e.B.cq, 1)
+	if n := len(wcs); n != 1 || wcs[0].ID != 5 || wcs[0].QPN != qb.QPN() {
 		t.Fatalf("%d completions of %s: %+v", n, wr.Op, wcs[:n])
 	}
 	return wcs[0]
@@ -486,7 +487,7 @@ func TestMWNoAllocs(t *testing.T) {
 	}
 }
 
-// TestMWLocalRetired: OpBindMW and OpLocalInv retire when posted
+// TestMWLocalRetired: OpBindMW and OpLocalInv retire when carried out
 // (QPInit.SendRetired counts them), and a QP that signals all
 // completes them unsignaled; QP.BindMW too.
 func TestMWLocalRetired(t *testing.T) {
@@ -512,12 +513,12 @@ func TestMWLocalRetired(t *testing.T) {
 		if err := qb.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
+		wcs := pollN(t, e.s, e.B.cq, 1)
+		if n := len(wcs); n != 1 || wcs[0].ID != wr.ID || wcs[0].Status != WCSuccess {
+			t.Fatalf("unsignaled %s on a qp that signals all: %+v", wr.Op, wcs[:n])
+		}
 		if retired != uint64(i+1) {
 			t.Fatalf("%s: %d retired, want %d", wr.Op, retired, i+1)
-		}
-		wcs := make([]WC, 2)
-		if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != wr.ID || wcs[0].Status != WCSuccess {
-			t.Fatalf("unsignaled %s on a qp that signals all: %+v", wr.Op, wcs[:n])
 		}
 	}
 	mw1, err := e.B.pd.AllocMW(MWType1)
@@ -530,5 +531,47 @@ func TestMWLocalRetired(t *testing.T) {
 	wcs := make([]WC, 2)
 	if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != 3 || wcs[0].Opcode != WCBindMW || retired != 2 {
 		t.Fatalf("QP.BindMW on a qp that signals all: %+v, %d retired", wcs[:n], retired)
+	}
+}
+
+// TestLocalOpsInSendQueueOrder: a LOCAL_INV of a region posted after a
+// WRITE from it takes effect after the WRITE went out (the WRITE
+// succeeds), and a type 2 bind posted after a SEND is carried out in its
+// turn; completions come in the order posted.
+func TestLocalOpsInSendQueueOrder(t *testing.T) {
+	e := newMWEnv(t)
+	_, qb := e.pair(t)
+	src, err := e.B.pd.RegisterMR(make([]byte, 32768), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(src.Bytes(), 9)
+	mw, err := e.B.pd.AllocMW(MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := IncRKey(mw.RKey())
+	wrs := []SendWR{
+		{ID: 1, Op: OpWrite, Flags: SendSignaled, SG: []SGE{src.SGE(0, 32768)}, Remote: RemoteAddr{e.A.mr.Addr(), e.A.mr.RKey()}},
+		{ID: 2, Op: OpLocalInv, Flags: SendSignaled, InvRKey: src.LKey()},
+		{ID: 3, Op: OpBindMW, Flags: SendSignaled, BindMW: MWBindWR{MW: mw, RKey: key,
+			MWBind: MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 64, Access: AccessRemoteRead}}},
+	}
+	if n, err := qb.PostSendBatch(wrs); n != 3 || err != nil {
+		t.Fatalf("post: %d, %v", n, err)
+	}
+	if !src.Valid() || mw.Bound() {
+		// A Manual device has not stepped: nothing was carried out.
+		t.Fatalf("carried out when posted: region valid %v, window bound %v", src.Valid(), mw.Bound())
+	}
+	wcs := pollN(t, e.s, e.B.cq, 3)
+	for i, want := range []WC{{ID: 1, Opcode: WCRDMAWrite, ByteLen: 32768}, {ID: 2, Opcode: WCLocalInv}, {ID: 3, Opcode: WCBindMW}} {
+		if wcs[i].ID != want.ID || wcs[i].Status != WCSuccess || wcs[i].Opcode != want.Opcode {
+			t.Fatalf("completion %d: %+v, want %+v", i, wcs[i], want)
+		}
+	}
+	if !bytes.Equal(e.A.buf[:32768], src.Bytes()) || src.Valid() || !mw.Bound() || mw.RKey() != key {
+		t.Fatalf("after: data equal %v, region valid %v, window bound %v key %#x", bytes.Equal(e.A.buf[:32768], src.Bytes()),
+			src.Valid(), mw.Bound(), mw.RKey())
 	}
 }

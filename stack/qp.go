@@ -161,8 +161,8 @@ type SendWR struct {
 	InvRKey uint32 // R_Key to invalidate, SEND_WITH_INV; key to invalidate, LOCAL_INV
 	// BindMW is the type 2 window to bind, its new R_Key and the
 	// binding, for OpBindMW. OpBindMW and OpLocalInv (of a region or a
-	// type 2 window) take effect when posted, not after the requests
-	// before them.
+	// type 2 window) are carried out when the QP's requester reaches
+	// them in the send queue, and complete in its order.
 	BindMW MWBindWR
 	// Remote is the target of WRITE, READ, atomics, FLUSH and
 	// ATOMIC_WRITE; atomics need an 8-byte aligned address and one
@@ -216,9 +216,8 @@ type QPInit struct {
 	// its client, whose ibv_post_send refuses work past max_send_wr
 	// outstanding. It runs with the QP's lock held, in an engine or in
 	// the verbs call that flushes the queue: it must not block. The
-	// count includes the OpBindMW and OpLocalInv requests, retired when
-	// they are posted; QP.BindMW, not a send work request here, is not
-	// counted.
+	// count includes the OpBindMW and OpLocalInv requests; QP.BindMW,
+	// not a send work request here, is not counted.
 	SendRetired func(n uint64)
 }
 
@@ -280,10 +279,6 @@ type QP struct {
 	out       qpOutput
 	sink      qpSink
 	mem       qpMemory
-	// localDone counts the OpBindMW and OpLocalInv requests executed
-	// when posted (postLocal): they never enter the transport's send
-	// queue, yet retire as its requests do (QPInit.SendRetired).
-	localDone uint64
 
 	// Owned by the engine goroutine.
 	heapIdx  int  // index in the timer heap, -1 when not armed
@@ -365,6 +360,9 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		caps.MaxRecvWR = 0
 	}
 	env := qp.Env{Mem: &q.mem, Out: &q.out, Sink: &q.sink, Counters: &q.ctr}
+	if init.Type == RC || init.Type == UC {
+		env.Local = (*qpLocal)(q)
+	}
 	if init.Type == RC {
 		env.Stash = &q.eng.stash
 	}
@@ -666,14 +664,19 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	if err := q.check("post send"); err != nil {
 		return err
 	}
-	if wr.Op == OpBindMW || wr.Op == OpLocalInv {
-		return q.postLocal(wr)
-	}
 	s := &qp.SendWR{
 		ID: wr.ID, Opcode: wr.Op, Flags: wr.Flags, SG: wr.SG, Imm: wr.Imm, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.Remote.Addr, RKey: wr.Remote.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
 		FlushType: wr.FlushType, FlushLevel: wr.FlushLevel, FlushLen: wr.FlushLen,
 		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey, Inline: wr.Inline,
+	}
+	if wr.Op == OpBindMW {
+		s.RKey = localBindKey(wr.BindMW)
+		b := &wr.BindMW.MWBind
+		s.Bind = qp.LocalBind{Addr: b.Addr, Length: b.Length, Access: b.Access}
+		if b.MR != nil {
+			s.Bind.MR = b.MR.lkey
+		}
 	}
 	if wr.AH != nil {
 		if wr.AH.pd != q.pd {
@@ -815,7 +818,7 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 // caller holds the QP's lock.
 func (q *QP) retired() {
 	if f := q.init.SendRetired; f != nil {
-		f(q.q.SendRetired() + q.localDone)
+		f(q.q.SendRetired())
 	}
 }
 
