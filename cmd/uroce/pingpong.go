@@ -40,6 +40,11 @@ options (as the stock tools'):
   -g, --gid-idx=INDEX    local GID index (default: the first IPv4 GID)
   -q, --num-qp=N         number of QPs (srq, default 16)
   -c, --chk              validate received buffer
+  -N, --new_send         use the new post send WR API (the same packets)
+  -o, --odp, -O, --iodp, -P, --prefetch, -t, --ts, -j, --dm
+                         on-demand paging, completion timestamps, device
+                         memory: refused as the stock tools refuse them on
+                         a device without them
 uroce's own:
   --verify               check every received message byte for byte
   --infinite-retry       retry_cnt 7 retries forever (rdma_rxe's reading)
@@ -52,6 +57,7 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	var dev app.DeviceFlags
 	dev.Register(fs)
 	var rc, uc, ud, srq, events, check, verify, infinite bool
+	var newSend, odp, iodp, prefetch, ts, dm bool
 	fs.BoolVar(&rc, "rc", false, "")
 	fs.BoolVar(&uc, "uc", false, "")
 	fs.BoolVar(&ud, "ud", false, "")
@@ -71,6 +77,12 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	intFlag(&cfg.NumQP, "q", "num-qp")
 	boolFlag(&events, "e", "events")
 	boolFlag(&check, "c", "chk")
+	boolFlag(&newSend, "N", "new_send")
+	boolFlag(&odp, "o", "odp")
+	boolFlag(&iodp, "O", "iodp")
+	boolFlag(&prefetch, "P", "prefetch")
+	boolFlag(&ts, "t", "ts")
+	boolFlag(&dm, "j", "dm")
 	boolFlag(&verify, "verify")
 	boolFlag(&infinite, "infinite-retry")
 	connectWait := 10 * time.Second
@@ -109,6 +121,14 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "uroce pingpong: %v\n%s", err, pingpongUsage)
 		return 2
 	}
+	if dm && (odp || iodp) {
+		fmt.Fprintln(stderr, "DM memory region can't be on demand")
+		return 1
+	}
+	if prefetch && !odp && !iodp {
+		fmt.Fprintln(stderr, "prefetch is valid only with on-demand memory region")
+		return 1
+	}
 	cfg.Check, cfg.Verify, cfg.InfiniteRetry = check, verify, infinite
 	cfg.Stdout, cfg.Stderr = stdout, stderr
 	host := ""
@@ -123,6 +143,20 @@ func runPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	defer d.Close()
+	// What the stock tools check of the device, with their messages: a
+	// uroce device has no on-demand paging, no completion timestamps and
+	// no device memory (ibv_query_device_ex says so too).
+	switch {
+	case odp || iodp:
+		fmt.Fprintln(stderr, "The device isn't ODP capable or does not support RC send and receive with ODP")
+		return 1
+	case ts:
+		fmt.Fprintln(stderr, "The device isn't completion timestamp capable")
+		return 1
+	case dm:
+		fmt.Fprintln(stderr, "Device doesn't support dm allocation")
+		return 1
+	}
 	_, err = pingpong.Run(ctx, d, cfg)
 	dev.Report(stderr, "uroce pingpong", d)
 	if err != nil {
