@@ -72,6 +72,7 @@ func TestLibverbs(t *testing.T) {
 	g := group{mtu: 1500, pcap: "libverbs1024.pcap", daemon: true, stock: true, steps: concat(
 		libPPBoth("rc", "-n 50 -s 4096"),
 		libPPBoth("rc", "-e -n 20 -s 100"),
+		libPPBoth("rc", "-N -n 20 -s 4096"), // the new post send API (ibv_wr_*) through uroce's library
 		libPPBoth("uc", "-n 20 -s 4097"),
 		libPPBoth("ud", "-n 20 -s 1000"),
 		[]step{libPP("ud", "-e -n 10 -s 1", false)},

@@ -37,6 +37,7 @@ func TestMTU1024(t *testing.T) {
 	g := group{mtu: 1500, pcap: "mtu1024.pcap", steps: concat(
 		ppBoth("rc", "-n 50 -s 4096"),
 		ppBoth("rc", "-n 10 -s 1"),
+		ppBoth("rc", "-N -n 20 -s 1000"), // the stock tool on rxe with the new post send API
 		[]step{ppStep("rc", "-n 10 -s 13", false), ppStep("rc", "-n 3 -s 1048576", true)},
 		ppBoth("uc", "-n 20 -s 4097"),
 		[]step{ppStep("ud", "-n 20 -s 1024", false), ppStep("ud", "-n 20 -s 1", true)},
