@@ -144,6 +144,7 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 	retx0 := c.da.Counters().QP.RetransmittedPkts
 	runtime.ReadMemStats(&ms0)
 	cpu0, cpuErr := cpustat.Read()
+	proc0, procErr := cpustat.ProcessCPU()
 	b.ResetTimer()
 	start := time.Now()
 	for done < b.N {
@@ -197,6 +198,10 @@ func (c *benchConn) run(b *testing.B, op Opcode, size, batch, depth int) {
 	// runs of the same code differ by their steal time (README).
 	if cpu1, err := cpustat.Read(); err == nil && cpuErr == nil {
 		b.ReportMetric(100*cpustat.StealShare(cpu0, cpu1), "steal%")
+	}
+	// CPU seconds of both stacks per GB moved: steal is not in them.
+	if proc1, err := cpustat.ProcessCPU(); err == nil && procErr == nil {
+		b.ReportMetric((proc1-proc0).Seconds()/(float64(b.N)*float64(size)/1e9), "cpu-s/GB")
 	}
 	if testing.Verbose() {
 		ca, cb := c.da.Counters(), c.db.Counters()

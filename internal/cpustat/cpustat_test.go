@@ -27,3 +27,18 @@ func TestRead(t *testing.T) {
 		t.Fatalf("times %+v", a)
 	}
 }
+
+func TestProcessCPU(t *testing.T) {
+	a, err := ProcessCPU()
+	if err != nil {
+		t.Skipf("no process cpu time: %v", err)
+	}
+	x := 0
+	for i := 0; i < 20_000_000; i++ {
+		x += i ^ x
+	}
+	b, _ := ProcessCPU()
+	if b <= a || x == 1 {
+		t.Fatalf("cpu time %v then %v", a, b)
+	}
+}
