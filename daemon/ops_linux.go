@@ -352,9 +352,10 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 }
 
 // bindMW binds a type 1 window (ibv_bind_mw) through the stack's
-// QP.BindMW, which binds it at once. The handles must be the session's,
-// the window of type 1 and of the QP's PD (EINVAL); the QP in RTS
-// (EINVAL). A binding that fails the stack's checks (the region's
+// QP.BindMW, which posts the bind to the QP's send queue and gives the
+// window the new R_Key the answer names. The handles must be the
+// session's, the window of type 1 and of the QP's PD (EINVAL); the QP in
+// RTS (EINVAL). A binding that fails the stack's checks (the region's
 // rights, bounds, MW bind access) fails as on rdma_rxe, which makes them
 // when it executes the bind: the request succeeds, its completion has
 // IBV_WC_MW_BIND_ERR and the QP goes to ERR.

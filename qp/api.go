@@ -455,6 +455,10 @@ type LocalBind struct {
 	Addr   uint64
 	Length uint64
 	Access Access
+	// Type1 marks the bind of a type 1 window (ibv_bind_mw, which
+	// rdma-core posts to the send queue too), not a BIND_MW work
+	// request's (type 2).
+	Type1 bool
 }
 
 // LocalOps carries out a QP's local operations, BIND_MW and LOCAL_INV,

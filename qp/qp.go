@@ -157,7 +157,10 @@ func (q *QP) Counters() *Counters { return q.ctr }
 // by a reset. It only grows, and a request counts before its completion
 // reaches the sink, so a consumer that sees the completion may post
 // again into the room it left (what ibv_post_send's ENOMEM is about).
-func (q *QP) SendRetired() uint64 { return q.sq.base + q.sq.head }
+//
+// A type 1 bind (LocalBind.Type1) is not counted: it comes from
+// ibv_bind_mw, not from the work requests a client posts.
+func (q *QP) SendRetired() uint64 { return q.sq.base + q.sq.head - q.sq.skipped }
 
 // Release returns the buffers the QP holds to Env.Stash. Call it before
 // dropping a QP that was not moved to RESET or ERR (which release them).
@@ -219,6 +222,7 @@ func (q *QP) flushSend() {
 	sq := &q.sq
 	for sq.head != sq.tail {
 		w := sq.at(sq.head)
+		sq.retiring(w)
 		sq.head++ // retired before its completion is seen (SendRetired)
 		st := WCWRFlushErr
 		if w.done {

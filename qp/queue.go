@@ -68,6 +68,9 @@ type sendQueue struct {
 	// base counts the WQEs retired before the last clear (a reset
 	// drops what was posted): base+head only grows (SendRetired).
 	base uint64
+	// skipped counts the type 1 binds (LocalBind.Type1) retired or
+	// dropped: SendRetired leaves them out.
+	skipped uint64
 }
 
 func (s *sendQueue) init(n, maxSGE, maxInline int) {
@@ -117,10 +120,21 @@ func (s *sendQueue) full() bool { return s.tail-s.head >= uint64(len(s.slots)) }
 
 // clear empties the ring without completions.
 func (s *sendQueue) clear() {
+	for i := s.head; i != s.tail; i++ {
+		s.retiring(s.at(i))
+	}
 	s.base += s.tail
 	s.head, s.next, s.tail = 0, 0, 0
 	for i := range s.slots {
 		s.slots[i] = sendWQE{}
+	}
+}
+
+// retiring takes note of w leaving the queue (retired, flushed or
+// dropped): a type 1 bind is not one of the requests SendRetired counts.
+func (s *sendQueue) retiring(w *sendWQE) {
+	if w.wr.Opcode == WRBindMW && w.wr.Bind.Type1 {
+		s.skipped++
 	}
 }
 

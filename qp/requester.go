@@ -626,6 +626,7 @@ func (q *QP) retire() {
 		if !w.done || w.status != WCSuccess {
 			return
 		}
+		sq.retiring(w)
 		sq.head++
 		q.sendWC(w, WCSuccess, false)
 	}

@@ -30,7 +30,12 @@ type MW struct {
 	// key is the window's R_Key (guarded by the device's mrTable lock):
 	// its upper 24 bits are fixed at allocation, the low 8 bits are the
 	// consumer key each bind may change.
-	key  uint32
+	key uint32
+	// next is the R_Key a type 1 window has once the binds posted so
+	// far (QP.BindMW) are carried out: what RKey returns, as
+	// ibv_bind_mw sets mw->rkey when it posts (guarded by the mrTable
+	// lock).
+	next uint32
 	dead bool // deallocated (guarded by the mrTable lock)
 	// bound is the window's binding, nil while unbound. Engines read
 	// it per access; binds replace it under the mrTable lock.
@@ -97,7 +102,7 @@ func (pd *PD) AllocMW(t MWType) (*MW, error) {
 		tb.mw = make(map[uint32]*MW)
 	}
 	tb.mw[key>>8] = mw
-	mw.key = key
+	mw.key, mw.next = key, key
 	return mw, nil
 }
 
@@ -118,11 +123,16 @@ func (mw *MW) Dealloc() error {
 	return nil
 }
 
-// RKey returns the window's current R_Key.
+// RKey returns the window's R_Key: for a type 1 window, the one its
+// last posted bind gives it (QP.BindMW); for a type 2 window, the one
+// of its binding.
 func (mw *MW) RKey() uint32 {
 	tb := &mw.pd.dev.mrs
 	tb.mu.RLock()
 	defer tb.mu.RUnlock()
+	if mw.typ == MWType1 {
+		return mw.next
+	}
 	return mw.key
 }
 
@@ -194,10 +204,12 @@ func (mw *MW) bind(q *QP, rkey uint32, b MWBind) error {
 }
 
 // BindMW binds the type 1 window mw (ibv_bind_mw) with a new consumer
-// key (IncRKey of its R_Key, which RKey returns afterwards). A bind of
-// zero length unbinds it. The bind takes effect at once; with
-// SendSignaled (or a QP that signals all) it completes on the send CQ
-// with WCBindMW and id.
+// key: IncRKey of its R_Key, which RKey returns from now on. A bind of
+// zero length unbinds it. As ibv_bind_mw, it is a request on the send
+// queue: carried out when the requester reaches it, after the requests
+// posted before it; with SendSignaled (or a QP that signals all) it
+// completes on the send CQ with WCBindMW and id, and a binding the
+// region refuses completes with WCMWBindErr and moves the QP to ERR.
 func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 	if mw.typ != MWType1 {
 		return fmt.Errorf("bind mw: type %d window: %w", mw.typ, ErrInvalidArg)
@@ -210,12 +222,30 @@ func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 	if st := q.q.State(); st != StateRTS {
 		return fmt.Errorf("bind mw: qp %#x in %s: %w", q.qpn, st, ErrInvalidState)
 	}
-	if err := mw.bind(q, IncRKey(mw.RKey()), b); err != nil {
-		return fmt.Errorf("bind mw: qp %#x: %w", q.qpn, err)
+	tb := &mw.pd.dev.mrs
+	tb.mu.Lock()
+	switch {
+	case mw.dead:
+		tb.mu.Unlock()
+		return fmt.Errorf("bind mw: %w", ErrDestroyed)
+	case mw.pd != q.pd:
+		tb.mu.Unlock()
+		return fmt.Errorf("bind mw: qp %#x: window of another pd: %w", q.qpn, ErrInvalidArg)
 	}
-	if flags&SendSignaled != 0 || q.init.SignalAll {
-		q.completeLocal(&WC{ID: id, Status: WCSuccess, Opcode: WCBindMW, QPN: q.qpn})
+	key := IncRKey(mw.next)
+	tb.mu.Unlock()
+	s := &qp.SendWR{ID: id, Opcode: OpBindMW, Flags: flags & SendSignaled, RKey: key,
+		Bind: qp.LocalBind{Addr: b.Addr, Length: b.Length, Access: b.Access, Type1: true}}
+	if b.MR != nil {
+		s.Bind.MR = b.MR.lkey
 	}
+	if err := q.q.PostSend(q.dev.clock.Now(), s); err != nil {
+		return fmt.Errorf("bind mw: %w", err)
+	}
+	tb.mu.Lock()
+	mw.next = key
+	tb.mu.Unlock()
+	q.kick()
 	return nil
 }
 
@@ -241,7 +271,11 @@ func (l *qpLocal) Execute(wr *qp.SendWR) WCStatus {
 			}
 		}
 		tb.mu.RUnlock()
-		if wr.RKey == 0 || mw == nil || mw.typ != MWType2 || (wr.Bind.MR != 0 && mr == nil) {
+		want := MWType2
+		if wr.Bind.Type1 {
+			want = MWType1
+		}
+		if wr.RKey == 0 || mw == nil || mw.typ != want || (wr.Bind.MR != 0 && mr == nil) {
 			return WCMWBindErr
 		}
 		b := MWBind{MR: mr, Addr: wr.Bind.Addr, Length: wr.Bind.Length, Access: wr.Bind.Access}

@@ -328,8 +328,8 @@ func TestMWType1(t *testing.T) {
 		if err := qb.BindMW(mw, id, SendSignaled, MWBind{MR: e.mr, Addr: e.mr.Addr() + off, Length: n, Access: access}); err != nil {
 			t.Fatal(err)
 		}
-		wcs := make([]WC, 2)
-		if k := e.B.cq.Poll(wcs); k != 1 || wcs[0] != (WC{ID: id, Status: WCSuccess, Opcode: WCBindMW, QPN: qb.QPN()}) {
+		wcs := pollN(t, e.s, e.B.cq, 1)
+		if k := len(wcs); k != 1 || wcs[0] != (WC{ID: id, Status: WCSuccess, Opcode: WCBindMW, QPN: qb.QPN()}) {
 			t.Fatalf("bind completion: %+v", wcs[:k])
 		}
 	}
@@ -528,8 +528,9 @@ func TestMWLocalRetired(t *testing.T) {
 	if err := qb.BindMW(mw1, 3, 0, MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 8, Access: AccessRemoteRead}); err != nil {
 		t.Fatal(err)
 	}
-	wcs := make([]WC, 2)
-	if n := e.B.cq.Poll(wcs); n != 1 || wcs[0].ID != 3 || wcs[0].Opcode != WCBindMW || retired != 2 {
+	// A type 1 bind is no request of the send ring's: not counted.
+	wcs := pollN(t, e.s, e.B.cq, 1)
+	if n := len(wcs); n != 1 || wcs[0].ID != 3 || wcs[0].Opcode != WCBindMW || retired != 2 {
 		t.Fatalf("QP.BindMW on a qp that signals all: %+v, %d retired", wcs[:n], retired)
 	}
 }
@@ -573,5 +574,38 @@ func TestLocalOpsInSendQueueOrder(t *testing.T) {
 	if !bytes.Equal(e.A.buf[:32768], src.Bytes()) || src.Valid() || !mw.Bound() || mw.RKey() != key {
 		t.Fatalf("after: data equal %v, region valid %v, window bound %v key %#x", bytes.Equal(e.A.buf[:32768], src.Bytes()),
 			src.Valid(), mw.Bound(), mw.RKey())
+	}
+}
+
+// TestType1BindInSendQueue: QP.BindMW, as ibv_bind_mw, gives the window
+// its new R_Key at once (RKey) and is carried out in its turn on the
+// send queue; a binding the region refuses completes with WCMWBindErr
+// and moves the QP to ERR.
+func TestType1BindInSendQueue(t *testing.T) {
+	e := newMWEnv(t)
+	_, qb := e.pair(t)
+	mw, err := e.B.pd.AllocMW(MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key0 := mw.RKey()
+	if err := qb.BindMW(mw, 7, SendSignaled, MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 64, Access: AccessRemoteRead}); err != nil {
+		t.Fatal(err)
+	}
+	if mw.RKey() != IncRKey(key0) || mw.Bound() {
+		t.Fatalf("after posting: key %#x (want %#x), bound %v (want not yet)", mw.RKey(), IncRKey(key0), mw.Bound())
+	}
+	if wc := pollN(t, e.s, e.B.cq, 1)[0]; wc.ID != 7 || wc.Status != WCSuccess || wc.Opcode != WCBindMW || !mw.Bound() {
+		t.Fatalf("bind: %+v, bound %v", wc, mw.Bound())
+	}
+	plain, err := e.B.pd.RegisterMR(make([]byte, 4096), AccessLocalWrite) // no MW bind access
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.BindMW(mw, 8, 0, MWBind{MR: plain, Addr: plain.Addr(), Length: 64, Access: AccessRemoteRead}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollN(t, e.s, e.B.cq, 1)[0]; wc.ID != 8 || wc.Status != WCMWBindErr || qb.State() != StateErr {
+		t.Fatalf("refused bind: %+v, qp %s", wc, qb.State())
 	}
 }

@@ -80,7 +80,8 @@ type PD interface {
 // MW is a memory window (ibv_mw); see stack.MW. A type 1 window is
 // bound with QP.BindMW, a type 2 window with an OpBindMW work request
 // and unbound with OpLocalInv or a peer's SEND_WITH_INV. OpBindMW and
-// OpLocalInv are carried out in send-queue order; QP.BindMW at once.
+// OpLocalInv are carried out in send-queue order, and so is QP.BindMW
+// (ibv_bind_mw), whose new R_Key RKey gives at once.
 type MW interface {
 	// RKey returns the window's R_Key: on the daemon, as of the last
 	// bind posted from this process.
