@@ -25,7 +25,8 @@ type Env struct {
 	Timeout     time.Duration // how long an expected answer may take (default 1s)
 	// PeerPSN is the first PSN of the peer's own requests; PeerPost
 	// makes the peer post one (nil: the peer cannot be driven, and
-	// scenarios with peer steps fail).
+	// scenarios with peer steps fail; a live peer whose stock client
+	// posts by itself takes one that does nothing).
 	PeerPSN  bth.PSN
 	PeerPost func(p *Pkt) error
 	// QKey is the Q_Key of the peer's QP, when it is a UD QP.
@@ -33,6 +34,31 @@ type Env struct {
 	// PeerDelivered returns how many receives the peer has completed
 	// (nil: it does not show them, and delivered steps fail).
 	PeerDelivered func() int
+	// Tail says the peer's requests after the scenario's (those past
+	// the PSNs its peer steps take) are a stock client's further
+	// messages: the run answers them as a plain responder and matches
+	// no step with them (a live peer driven by a stock client,
+	// StockClient).
+	Tail bool
+	// MTU is the path MTU of the peer's requests (default 1024).
+	MTU int
+}
+
+// defaults fills in what env leaves out.
+func (env Env) defaults() Env {
+	if env.Timeout <= 0 {
+		env.Timeout = time.Second
+	}
+	if env.PKey == 0 {
+		env.PKey = 0xffff
+	}
+	if env.SrcPort == 0 {
+		env.SrcPort = 49152
+	}
+	if env.MTU <= 0 {
+		env.MTU = 1024
+	}
+	return env
 }
 
 // Result is the outcome of one scenario.
@@ -62,21 +88,26 @@ type Run struct {
 	pkt   bth.Packet
 	gsi   bool   // the scenario talks to QP1: the peer's MADs to ours are its answers
 	tid   uint64 // of the last CM REQ sent
+	// With Env.Tail: the PSNs the scenario's peer requests take, the
+	// responder answering those after them, and its answers not yet
+	// sent.
+	span    int
+	tail    responder
+	pending [][]byte
 }
 
 // NewRun prepares sc to run in env.
 func NewRun(sc *Scenario, env Env) *Run {
-	if env.Timeout <= 0 {
-		env.Timeout = time.Second
-	}
-	if env.PKey == 0 {
-		env.PKey = 0xffff
-	}
-	if env.SrcPort == 0 {
-		env.SrcPort = 49152
-	}
-	return &Run{sc: sc, env: env, buf: make([]byte, 1<<14), res: Result{Name: sc.Name, Rule: sc.Rule, IBTA: sc.IBTA, Pass: true},
+	r := &Run{sc: sc, env: env.defaults(), buf: make([]byte, 1<<14), res: Result{Name: sc.Name, Rule: sc.Rule, IBTA: sc.IBTA, Pass: true},
 		gsi: sc.Needs().GSI}
+	r.span = sc.span(r.env.MTU)
+	r.tail = responder{env: &r.env, buf: r.buf}
+	for _, st := range sc.Steps {
+		if st.Kind == PeerPost {
+			r.tail.msn++ // the tail's messages come after the scenario's
+		}
+	}
+	return r
 }
 
 // Done reports whether the scenario is over.
@@ -97,7 +128,9 @@ func (r *Run) fail(st *Step, format string, a ...any) {
 // Poll advances to now: the frames to send, and when to be called next
 // (zero when done).
 func (r *Run) Poll(now time.Time) ([][]byte, time.Time) {
-	r.out = r.out[:0]
+	r.out = append(r.out[:0], r.pending...)
+	clear(r.pending)
+	r.pending = r.pending[:0]
 	for !r.done && r.step < len(r.sc.Steps) {
 		st := &r.sc.Steps[r.step]
 		switch st.Kind {
@@ -111,7 +144,7 @@ func (r *Run) Poll(now time.Time) ([][]byte, time.Time) {
 			r.step++
 		case PeerPost:
 			if r.env.PeerPost == nil {
-				r.fail(st, "this peer cannot be made to post requests (it takes --self)")
+				r.fail(st, "this peer cannot be made to post requests (it takes --self, or --serve and a stock client)")
 				return r.out, time.Time{}
 			}
 			if err := r.env.PeerPost(&st.P); err != nil {
@@ -292,6 +325,10 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 	}
 	var h bth.Headers
 	p.Headers(&h)
+	if r.env.Tail && h.Info().Request && h.BTH.PSN.Sub(r.env.PeerPSN) >= r.span {
+		r.pending = append(r.pending, r.tail.answer(&h)...)
+		return true
+	}
 	got := func() string { return describe(&h, p.Payload(), r.base(&h)) }
 	if r.step >= len(r.sc.Steps) {
 		r.fail(&r.sc.Steps[len(r.sc.Steps)-1], "after the last step: %s", got())

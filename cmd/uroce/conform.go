@@ -26,7 +26,9 @@ const conformUsage = `usage: uroce conform [flags] [SCENARIOS.txt…] [PEER]
 
 Runs transport scenarios against a peer, each checking one IBTA rule of an
 RC responder (duplicates, PSN sequence errors, NAK codes, silent drops,
-RNR): uroce plays the requester packet by packet and checks each answer.
+RNR), where uroce plays the requester packet by packet and checks each
+answer, or of an RC requester (retries after the ACK timeout, ghost ACKs,
+implied NAKs, the RNR timer), where uroce plays the responder.
 The catalogue shipped with uroce runs unless files of scenarios are given
 (the format is in the README, "Conformance scenarios").
 
@@ -43,6 +45,15 @@ The peer:
                     those that need receives need ib_send_bw
     --port N        its TCP port (18515)
     --xdp-mode M    auto, native or generic
+  -d IFACE [PEER] --serve
+                    the scenarios where the peer is the requester: uroce
+                    serves perftest's exchange on --port to the stock
+                    client each scenario names (ib_write_bw, ib_read_bw
+                    or ib_send_bw -n 5 -t 1 -s LEN, printed on stderr
+                    while it waits; from PEER only, when given), plays
+                    the responder as the scenario says and answers the
+                    client's further messages; --perftest TOOL, when
+                    given, keeps the scenarios TOOL's client makes
 
 flags:
   -k REGEX          only the scenarios whose names match
@@ -66,6 +77,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	timeout := fs.Duration("timeout", time.Second, "")
 	jsonOut := fs.Bool("json", false, "")
 	dir := fs.String("w", "", "")
+	serve := fs.Bool("serve", false, "")
 	var pf peerFlags
 	pf.register(fs)
 	files, err := app.ParseArgs(fs, args)
@@ -82,7 +94,21 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var peerIP netip.Addr
 	var tool perftest.Tool = -1
-	if pf.dev != "" {
+	if *serve && pf.dev == "" {
+		return bad("--serve needs -d IFACE")
+	}
+	if *serve {
+		if len(files) > 0 {
+			if a, err := netip.ParseAddr(files[len(files)-1]); err == nil {
+				peerIP, files = a, files[:len(files)-1]
+			}
+		}
+		if pf.perfTool != "" {
+			if tool, err = parseTool(pf.perfTool); err != nil {
+				return bad("%v", err)
+			}
+		}
+	} else if pf.dev != "" {
 		if len(files) == 0 {
 			return bad("-d needs the peer's address\n%s", conformUsage)
 		}
@@ -140,7 +166,11 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	run := func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
 		return conform.RunSelf(ctx, s, *timeout, tap)
 	}
-	if pf.dev != "" {
+	if *serve {
+		sv := &server{ctx: ctx, pf: pf, peerIP: peerIP, tool: tool, timeout: *timeout, stderr: stderr}
+		defer sv.Close()
+		run = sv.run
+	} else if pf.dev != "" {
 		rp, err := openRawPeer(ctx, pf.dev, pf.xdpMode, peerIP)
 		if err != nil {
 			fmt.Fprintf(stderr, "uroce conform: %v\n", err)
@@ -228,7 +258,7 @@ func perftestSkips(s *conform.Scenario, tool perftest.Tool) string {
 	verb := tool.Verb()
 	switch {
 	case n.Peer:
-		return "the peer must be made to post requests: only --self can"
+		return "the peer is the requester: run it with --serve and the stock client it names"
 	case n.Delivered:
 		return "checks the peer's receive completions: only --self shows them"
 	case n.UD:

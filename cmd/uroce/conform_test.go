@@ -37,3 +37,19 @@ func TestConformSelf(t *testing.T) {
 		t.Fatalf("a bad scenario file: exit %d: %s", code, errOut)
 	}
 }
+
+// TestConformServe: --serve needs an interface; it skips, with the
+// reason and without waiting for a client, the scenarios where the peer
+// is the responder, those no stock client can make, and those another
+// tool's client makes than --perftest names.
+func TestConformServe(t *testing.T) {
+	if code, _, errOut := runArgs("conform", "--serve"); code != 2 || !strings.Contains(errOut, "--serve needs -d IFACE") {
+		t.Fatalf("--serve without -d: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := runArgs("conform", "-d", "lo", "--serve", "--perftest", "ib_read_bw", "-k", "^(write-ack|requester-implied-ack|requester-rnr-retry)$")
+	if code != 0 || !strings.Contains(out, "the peer is the responder in this scenario") ||
+		!strings.Contains(out, "the peer posts a WRITE and a READ request on one QP") ||
+		!strings.Contains(out, "its peer runs ib_send_bw, not ib_read_bw") || !strings.Contains(out, "3 scenarios, 0 passed, 0 failed, 3 skipped") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -10,6 +10,8 @@ import (
 // TestConformRxe runs the catalogue's scenarios that a stock perftest
 // server can host (its region grants one kind of remote access) against
 // rdma_rxe on Debian 12's 6.1 kernel, one server run per scenario, and
+// those where rxe is the requester that a stock perftest client can make
+// (against `uroce conform --serve`, one client run per scenario), and
 // checks each outcome against rxe's checked-in results
 // (conform/results/rxe-6.1.txt).
 func TestConformRxe(t *testing.T) {
@@ -37,10 +39,16 @@ func conformRxe(t *testing.T, kernel string) {
 	var steps []step
 	for _, sc := range all {
 		n := sc.Needs()
+		if n.Peer {
+			if st, ok := conformRequester(t, sc, want); ok {
+				steps = append(steps, st)
+			}
+			continue
+		}
 		var tool, guest string
 		switch {
-		case n.Read || n.Write && n.Atomic || n.Flush || sc.Receives > 0 || n.Peer || n.UD || n.Delivered:
-			continue // no stock server grants it, or the peer must post or show its completions
+		case n.Read || n.Write && n.Atomic || n.Flush || sc.Receives > 0 || n.UD || n.Delivered:
+			continue // no stock server grants it, or the peer must show its completions
 		case n.Placement && kernel == "6.1":
 			continue // rdma_rxe has FLUSH and ATOMIC_WRITE from 6.2 on
 		case n.Atomic:
@@ -74,6 +82,42 @@ func conformRxe(t *testing.T, kernel string) {
 	}
 	g := group{mtu: 1500, pcap: "conform-" + kernel + ".pcap", stepTimeout: 60e9, steps: steps, kernel: kernel}
 	g.run(t)
+}
+
+// conformRequester is the step of a scenario where rxe is the
+// requester: the stock perftest client the scenario names runs on the
+// guest against `uroce conform --serve`, which plays the responder. It
+// reports false for a scenario no stock client can make (skipped, as
+// uroce conform prints).
+func conformRequester(t *testing.T, sc *conform.Scenario, want map[string]conform.Expected) (step, bool) {
+	c, err := sc.StockClient()
+	if err != nil {
+		t.Logf("%s: skipped: %v", sc.Name, err)
+		return step{}, false
+	}
+	w, ok := want[sc.Name]
+	if !ok {
+		t.Fatalf("no rxe result for %s in the results table", sc.Name)
+	}
+	exit, res := 0, "PASS"
+	if !w.Pass {
+		exit, res = 1, "FAIL"
+	}
+	name := sc.Name
+	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
+	return step{name: "conform-" + name, guest: c.Command("rxe0", "1"), guestClient: true, uroceExit: exit,
+		uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--serve", "--timeout", "2s"},
+		check: func(t *testing.T, g, u string) {
+			if !line.MatchString(u) {
+				t.Errorf("%s: want %s:\n%s", name, res, u)
+			}
+		},
+		// The scenario's NAKs, drops and ghost ACKs are on purpose.
+		capture: func(t *testing.T, f *findings) {
+			if f.counts.ICRCBad != 0 {
+				t.Errorf("%s: %d frames with a bad ICRC: %s", name, f.counts.ICRCBad, f)
+			}
+		}}, true
 }
 
 func countBadICRC(sc *conform.Scenario) int {
