@@ -8,8 +8,9 @@ import (
 )
 
 // TestPerftestOptions runs uroce perf's UD mode (-c UD), duration mode
-// (-D) of ib_send_bw and the latency tools, and bidirectional tests (-b)
-// both ways against the stock tools on rdma_rxe, at path MTU 1024.
+// (-D) of ib_send_bw and the latency tools, bidirectional tests (-b),
+// several QPs (-q), --report_gbits and -t/-Q both ways against the stock
+// tools on rdma_rxe, at path MTU 1024.
 func TestPerftestOptions(t *testing.T) {
 	t.Parallel()
 	g := group{mtu: 1500, pcap: "perfopts.pcap", steps: concat(
@@ -32,6 +33,14 @@ func TestPerftestOptions(t *testing.T) {
 		duplexBoth(writeBW, "-b -n 300 -s 65536"),
 		duplexBoth(sendBW, "-b -n 1000 -s 4096"),
 		duplexBoth(readBW, "-b -n 200 -s 65536", "-u", "17"),
+		// More QPs than one, the units, the send queue depth and CQ
+		// moderation.
+		perfBoth(writeBW, "-q 2 -n 200 -s 4096"),
+		perfBoth(readBW, "-q 2 -n 50 -s 65536"),
+		perfBoth(sendBW, "-q 2 -n 200 -s 1024"),
+		perfBoth(atomicBW, "-q 2 -n 200"),
+		perfBoth(writeBW, "--report_gbits -n 200 -s 65536"),
+		perfBoth(writeBW, "-t 32 -Q 4 -n 400 -s 1024"),
 	)}
 	g.run(t)
 }

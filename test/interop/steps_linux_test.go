@@ -112,7 +112,9 @@ func perfStep(tool perfTool, args string, guestClient bool, uroceExtra ...string
 
 var (
 	perfAddrRE = regexp.MustCompile(`(?m)^ (local|remote) address: (LID .*)\n GID: (.*)$`)
-	bwLineRE   = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
+	// The BW columns have 2 decimals; with --report_gbits and under
+	// 0.1 Gb/s, 6, and spaces before the message rate.
+	bwLineRE = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d(?:\d{4})?) +(\d+\.\d\d(?:\d{4})?)(?: *\t\t   | +)(\d+\.\d{6})$`)
 	// perftest prints "-nan" for the deviation when its integer squares
 	// overflow (latencies of tens of milliseconds, as after a loss).
 	latLineRE = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) +(\d+\.\d\d) +\t +(\d+\.\d\d) +\t(\d+\.\d\d|-?nan) *\t\t(\d+\.\d\d) *\t\t(\d+\.\d\d) *$`)
@@ -149,7 +151,11 @@ func checkPerf(t *testing.T, name string, tool perfTool, guestClient bool, g, u 
 				who = "rxe client"
 			}
 			c := client[i]
-			recordFigure(t, fmt.Sprintf("%s/%s", name, c[1]), fmt.Sprintf("%s: %s MB/s average, %s MB/s peak, %s Mpps", who, c[4], c[3], c[5]))
+			unit := "MB/s"
+			if strings.Contains(g, "BW average[Gb/sec]") {
+				unit = "Gb/s"
+			}
+			recordFigure(t, fmt.Sprintf("%s/%s", name, c[1]), fmt.Sprintf("%s: %s %s average, %s %s peak, %s Mpps", who, c[4], unit, c[3], unit, c[5]))
 		}
 		return
 	}
