@@ -41,6 +41,7 @@ func TestPerftestOptions(t *testing.T) {
 		perfBoth(atomicBW, "-q 2 -n 200"),
 		perfBoth(writeBW, "--report_gbits -n 200 -s 65536"),
 		perfBoth(writeBW, "-t 32 -Q 4 -n 400 -s 1024"),
+		perfBoth(readBW, "-w 0.5 -y 0.00001 -n 50 -s 65536"), // the verifier's limits, met
 	)}
 	g.run(t)
 }

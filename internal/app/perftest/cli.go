@@ -55,6 +55,8 @@ options (as perftest's):
   -F, --CPU-freq           accepted (uroce measures with the monotonic clock)
   -e, --events             accepted (uroce always sleeps on its CQs)
       --report_gbits       report in Gb/s
+  -w, --limit_bw=V         fail when the average bandwidth is below V (the report's units)
+  -y, --limit_msgrate=V    with -w: fail when the message rate is below V Mpps
   -R, --rdma_cm            connect the QPs with RDMA CM and exchange over it, on -p (not with --daemon)
 uroce's own:
   --verify                 check the data where possible (atomic server: every addition exactly once)
@@ -181,6 +183,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bools(&cpuFreq, "F", "CPU-freq")
 	bools(&events, "e", "events")
 	bools(&cfg.Gbits, "report_gbits")
+	limit := func(v *float64, on *bool, msg string, names ...string) {
+		for _, n := range names {
+			fs.Func(n, "", func(s string) error {
+				f, err := strconv.ParseFloat(s, 64)
+				if err != nil || f < 0 {
+					return errors.New(msg)
+				}
+				*v, *on = f, true
+				return nil
+			})
+		}
+	}
+	limit(&cfg.LimitBW, &cfg.LimitBWOn, "Invalid Minimum BW Limit", "w", "limit_bw")
+	limit(&cfg.LimitMsgRate, &cfg.LimitMsgRateOn, "Invalid Minimum msgRate Limit", "y", "limit_msgrate")
 	bools(&lat, "lat")
 	bools(&bw, "bw")
 	bools(&help, "h", "help")
@@ -303,7 +319,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_, err = Run(ctx, d, cfg)
 	dev.Report(stderr, "uroce perf", d)
 	if err != nil {
-		fmt.Fprintf(stderr, "uroce perf: %v\n", err)
+		if !errors.Is(err, ErrBelowLimit) { // Run said it as perftest does
+			fmt.Fprintf(stderr, "uroce perf: %v\n", err)
+		}
 		return 1
 	}
 	return 0

@@ -78,6 +78,14 @@ type Config struct {
 	CmpSwap bool
 	// Gbits is --report_gbits.
 	Gbits bool
+	// LimitBW and LimitMsgRate are -w and -y (perftest's verifier):
+	// with LimitBWOn, a reported average bandwidth (in the report's
+	// units) below LimitBW, or a message rate below LimitMsgRate (with
+	// LimitMsgRateOn), fails the run with perftest's message, after the
+	// report. As perftest 4.5, a message rate below its limit fails the
+	// run only when -w is given too.
+	LimitBW, LimitMsgRate     float64
+	LimitBWOn, LimitMsgRateOn bool
 	// Inline is -I: messages of at most this many bytes (WRITE, SEND)
 	// go inline, copied into the work request (default 0, none).
 	Inline int

@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -387,5 +388,43 @@ func TestOptionRefusals(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut.String(), tc.msg) {
 			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), tc.code, tc.msg)
 		}
+	}
+}
+
+// TestLimits: -w and -y, perftest's verifier. A limit the run stays
+// above passes; one it falls below fails the run after the report, with
+// perftest's message, on each side that prints a report; -y alone fails
+// nothing, as in perftest 4.5.
+func TestLimits(t *testing.T) {
+	base := Config{Tool: pt.WriteBW, Size: 4096, Iters: 200}
+	run := func(mod func(*Config)) (s, c *side) {
+		t.Helper()
+		srv, cli := base, base
+		mod(&srv)
+		mod(&cli)
+		p := apptest.NewPair(t, 1500, nil)
+		srv.GIDIndex, cli.GIDIndex = AutoGID, AutoGID
+		return runPair(t, p, srv, cli)
+	}
+	s, c := run(func(c *Config) { c.LimitBW, c.LimitBWOn = 0.001, true })
+	if s.err != nil || c.err != nil {
+		t.Fatalf("limit met: server %v, client %v", s.err, c.err)
+	}
+	s, c = run(func(c *Config) { c.LimitBW, c.LimitBWOn = 1e12, true })
+	for _, sd := range []*side{s, c} {
+		if !errors.Is(sd.err, ErrBelowLimit) || !strings.Contains(sd.log.String(), "Error: BW result is below bw limit\n") {
+			t.Errorf("bw below the limit: %v, %q", sd.err, sd.log.String())
+		}
+		if !strings.Contains(sd.out.String(), "#bytes") {
+			t.Errorf("no report before the error: %q", sd.out.String())
+		}
+	}
+	s, c = run(func(c *Config) { c.LimitBWOn, c.LimitMsgRate, c.LimitMsgRateOn = true, 1e9, true })
+	if !errors.Is(c.err, ErrBelowLimit) || !strings.Contains(c.log.String(), "Error: Msg rate  is below msg_rate limit\n") {
+		t.Errorf("msg rate below the limit: %v, %q", c.err, c.log.String())
+	}
+	s, c = run(func(c *Config) { c.LimitMsgRate, c.LimitMsgRateOn = 1e9, true })
+	if s.err != nil || c.err != nil {
+		t.Errorf("-y alone: server %v, client %v", s.err, c.err)
 	}
 }

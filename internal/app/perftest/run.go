@@ -41,6 +41,9 @@ var ErrCompletion = errors.New("completion with error")
 
 // session holds one run's verbs objects.
 type session struct {
+	// belowBW and belowMsgRate: a report fell short of -w or -y.
+	belowBW, belowMsgRate bool
+
 	ctx    context.Context // of Run: the hooks take none
 	cfg    Config
 	dev    verbs.Device
@@ -160,9 +163,32 @@ func Run(ctx context.Context, dev verbs.Device, cfg Config) (*Result, error) {
 		rep := r.RemoteReport
 		res.RemoteReport = &rep
 		io.WriteString(out, pt.BWLine(rep, cfg.Gbits))
+		s.verifyLimits(rep)
 	}
 	io.WriteString(out, pt.ResultLine)
+	switch {
+	case cfg.LimitBWOn && s.belowBW:
+		fmt.Fprintln(cfg.Stderr, "Error: BW result is below bw limit")
+		return res, ErrBelowLimit
+	case cfg.LimitBWOn && s.belowMsgRate:
+		fmt.Fprintln(cfg.Stderr, "Error: Msg rate  is below msg_rate limit")
+		return res, ErrBelowLimit
+	}
 	return res, nil
+}
+
+// ErrBelowLimit is a bandwidth test's result below its -w or -y limit.
+var ErrBelowLimit = errors.New("result below the limit")
+
+// verifyLimits takes note of a reported result below the -w or -y limit
+// (perftest's verifier).
+func (s *session) verifyLimits(rep pt.Report) {
+	if s.cfg.LimitBWOn && rep.BWAvg < s.cfg.LimitBW {
+		s.belowBW = true
+	}
+	if s.cfg.LimitMsgRateOn && rep.MsgRate < s.cfg.LimitMsgRate {
+		s.belowMsgRate = true
+	}
 }
 
 // lingerTime bounds how long a finished side waits for its peer.
@@ -270,6 +296,7 @@ func (s *session) reported(r int, remote pt.Report) error {
 	sum.BWAvg += remote.BWAvg
 	sum.MsgRate += remote.MsgRate
 	io.WriteString(cfg.Stdout, pt.BWLine(sum, cfg.Gbits))
+	s.verifyLimits(sum)
 	return nil
 }
 
@@ -711,6 +738,7 @@ func (s *session) run(r int) error {
 			// ib_send_bw -b -D exchanges none and prints its own.
 		case cfg.Client || cfg.Tool == pt.SendBW:
 			io.WriteString(cfg.Stdout, pt.BWLine(rep, cfg.Gbits))
+			s.verifyLimits(rep)
 		}
 		return nil
 	}
