@@ -817,6 +817,31 @@ func (q *QP) respPkts(dl uint32) uint32 {
 	return (dl + m - 1) / m
 }
 
+// endAnswers ends the READ answers still queued or going out for the
+// n PSNs from psn that a duplicate READ asks for again: its own answer
+// takes their place, as rdma_rxe's responder ends the answer in
+// progress when asked again. Queued behind them instead, every request
+// again would add a whole answer to those still to send, and a
+// requester whose ACK timeout comes before an answer is out would ask
+// faster than the answers drain.
+func (q *QP) endAnswers(psn bth.PSN, n uint32) {
+	r := &q.resp
+	for i := r.ihead; i != r.itail; i++ {
+		it := r.item(i)
+		if it.kind != rkRead || it.k >= it.n {
+			continue
+		}
+		rest := int(it.n - it.k) // packets still to send, from it.psn
+		if !it.psn.InWindow(psn, int(n)) && !psn.InWindow(it.psn, rest) {
+			continue
+		}
+		if it.busy {
+			r.busy--
+		}
+		*it = respItem{}
+	}
+}
+
 func (q *QP) pushRead(psn bth.PSN, src memRef, npkts, msn uint32, busy bool) bool {
 	r := &q.resp
 	if !r.room() {
@@ -983,7 +1008,9 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN) {
 				return
 			}
 		}
-		if !q.pushRead(psn, src, q.respPkts(src.dlen), res.msn, false) {
+		n := q.respPkts(src.dlen)
+		q.endAnswers(psn, n)
+		if !q.pushRead(psn, src, n, res.msn, false) {
 			q.ctr.DroppedPkts++
 		}
 	case bth.KindCompareSwap, bth.KindFetchAdd:

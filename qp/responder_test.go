@@ -585,3 +585,32 @@ func TestBatchAcks(t *testing.T) {
 		wantAck(t, m.out.take(), bth.PSN(100+i), bth.ACKSyndrome(0), uint32(i+1))
 	}
 }
+
+// TestDuplicateReadEndsAnswer: a READ asked for again while its answer
+// is still going out (the Output full) ends that answer: the duplicate's
+// answer takes its place, from the duplicate's PSN, instead of queueing
+// behind it, so asking again cannot pile answers up.
+func TestDuplicateReadEndsAnswer(t *testing.T) {
+	n := respNode(t, 0)
+	_, key := n.buf(8192, 0x20000, 7)
+	n.out.full = true
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 0, true, nil, reth(0x20000, key, 8192))) // PSNs 0-7
+	n.out.full = false
+	n.qp.Pump(0)
+	n.out.take() // as many as the Output took: all 8
+	n.out.full = true
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 0, true, nil, reth(0x20000, key, 8192))) // asked again
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 3, true, nil, reth(0x20000+3*1024, key, 8192-3*1024)))
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 5, true, nil, reth(0x20000+5*1024, key, 8192-5*1024)))
+	n.out.full = false
+	n.qp.Pump(0)
+	// Only the last request's answer: 5, 6, 7.
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRespFirst, 5, false, 1024}, pkt{bth.OpReadRespMiddle, 6, false, 1024},
+		pkt{bth.OpReadRespLast, 7, false, 1024})
+	if n.qp.resp.pending() {
+		t.Fatal("responses still queued")
+	}
+	// A new READ after them is answered as usual.
+	n.qp.Receive(0, req(t, bth.OpReadRequest, 8, true, nil, reth(0x20000, key, 100)))
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRespOnly, 8, false, 100})
+}
