@@ -61,6 +61,11 @@ type PeerOptions struct {
 	// KernelArgs are appended to the guest kernel's command line, e.g.
 	// "uroce_ipv6=1".
 	KernelArgs []string
+	// Files are added to the guest's root: path in the guest (e.g.
+	// "/usr/bin/uroce") → file on the host, made executable. They go in an
+	// archive appended to a copy of the image's initramfs (NAME.initrd in
+	// the log directory), so the cached image stays as it is.
+	Files map[string]string
 }
 
 // Result is how a guest's script ended.
@@ -184,6 +189,14 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start rxe peer %s: %w", p.Name, err)
 	}
+	initrd := img.Initrd
+	if len(opts.Files) > 0 {
+		initrd = filepath.Join(n.LogDir, opts.Name+".initrd")
+		if err := overlayInitrd(initrd, img.Initrd, opts.Files); err != nil {
+			logFile.Close()
+			return nil, fmt.Errorf("start rxe peer %s: %w", p.Name, err)
+		}
+	}
 	if p.Tap, err = n.newTap(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start rxe peer %s: %w", p.Name, err)
@@ -204,7 +217,7 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 		"-accel", "tcg,thread=single", "-cpu", "max", "-smp", "1", "-m", strconv.Itoa(opts.MemoryMB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "stdio", "-monitor", "none",
-		"-kernel", img.Vmlinux, "-initrd", img.Initrd,
+		"-kernel", img.Vmlinux, "-initrd", initrd,
 		"-append", strings.Join(cmdline, " "),
 		"-fw_cfg", "name=opt/uroce/script,file=" + scriptPath,
 		"-netdev", "tap,id=n0,ifname=" + p.Tap + ",script=no,downscript=no",
