@@ -60,8 +60,8 @@ type step struct {
 func (s step) key() string { return strings.ReplaceAll(s.p.name, "↔", "-") + "-" + s.t.name }
 
 const (
-	beginMark = "== begin "
-	endMark   = "== end "
+	beginMark = rxe.BeginMark
+	endMark   = rxe.EndMark
 )
 
 // command returns the command line of one side of s: the client (with the
@@ -147,25 +147,6 @@ done
 		fmt.Fprintf(&b, "echo \"%s%s $?\"\n", endMark, s.key())
 	}
 	return b.String()
-}
-
-// section returns the output of step key and its exit status.
-func section(out, key string) (string, int, bool) {
-	b := strings.Index(out, beginMark+key+"\n")
-	if b < 0 {
-		return "", 0, false
-	}
-	rest := out[b+len(beginMark+key+"\n"):]
-	e := strings.Index(rest, endMark+key+" ")
-	if e < 0 {
-		return rest, 0, false
-	}
-	tail := rest[e+len(endMark+key+" "):]
-	if i := strings.IndexByte(tail, '\n'); i >= 0 {
-		tail = tail[:i]
-	}
-	code, err := strconv.Atoi(strings.TrimSpace(tail))
-	return rest[:e], code, err == nil
 }
 
 var (
@@ -291,8 +272,8 @@ func TestGuestBed(t *testing.T) {
 
 	got := map[string]figures{}
 	for _, s := range steps {
-		outA, codeA, okA := section(resA.Output, s.key())
-		outB, codeB, okB := section(resB.Output, s.key())
+		outA, codeA, okA := rxe.Section(resA.Output, s.key())
+		outB, codeB, okB := rxe.Section(resB.Output, s.key())
 		f := parse(s.t, outA)
 		if !okA || !okB || codeA != 0 || codeB != 0 || !f.ok {
 			t.Errorf("step %s: client exit %d (ended %v), server exit %d (ended %v), result line found %v\n--- A (%s):\n%s--- B (%s):\n%s",

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,8 +144,8 @@ type result struct {
 }
 
 const (
-	beginMark = "== begin "
-	endMark   = "== end "
+	beginMark = rxe.BeginMark
+	endMark   = rxe.EndMark
 )
 
 // script returns the guest's script: every step between markers, clients
@@ -190,25 +189,6 @@ func (g *group) timeout() time.Duration {
 		return g.stepTimeout
 	}
 	return 90 * time.Second
-}
-
-// section returns the output of step name and its exit status.
-func section(out, name string) (string, int, bool) {
-	b := strings.Index(out, beginMark+name+"\n")
-	if b < 0 {
-		return "", 0, false
-	}
-	rest := out[b+len(beginMark+name+"\n"):]
-	e := strings.Index(rest, endMark+name+" ")
-	if e < 0 {
-		return rest, 0, false
-	}
-	tail := rest[e+len(endMark+name+" "):]
-	if i := strings.IndexByte(tail, '\n'); i >= 0 {
-		tail = tail[:i]
-	}
-	code, err := strconv.Atoi(strings.TrimSpace(tail))
-	return rest[:e], code, err == nil
 }
 
 // run runs the group against one fresh guest and checks every step and
@@ -366,7 +346,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 	for i, s := range g.steps {
 		r := &results[i]
 		var ok bool
-		r.guestOut, r.guestExit, ok = section(res.Output, s.name)
+		r.guestOut, r.guestExit, ok = rxe.Section(res.Output, s.name)
 		if !ok {
 			t.Errorf("step %s: no guest section in:\n%s", s.name, res.Output)
 			continue

@@ -190,7 +190,7 @@ func TestVerbsTestRxe(t *testing.T) {
 				name, host  string
 				guestServer bool
 			}{{"vt-server", uroceClient, true}, {"vt-client", uroceServer, false}} {
-				guestOut, code, ok := section(res.Output, s.name)
+				guestOut, code, ok := rxe.Section(res.Output, s.name)
 				if !ok {
 					t.Errorf("%s: no guest section in:\n%s", s.name, res.Output)
 					continue
@@ -258,7 +258,7 @@ func TestVerbsTestRxePair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, code, ok := section(res.Output, name)
+		out, code, ok := rxe.Section(res.Output, name)
 		if !ok || code != 0 {
 			t.Errorf("%s: exit %d (section found: %v)", name, code, ok)
 		}
