@@ -27,7 +27,7 @@ import (
 // socket is closed by the Release that gives them back.
 type xdpLink struct {
 	mu      sync.Mutex
-	sock    *xdp.Socket
+	sock    xdpSocket
 	queue   int
 	mtu     int
 	maxLen  int
@@ -49,16 +49,30 @@ type xdpLink struct {
 	oversize atomic.Uint64
 }
 
+// xdpSocket is what an xdpLink uses of its AF_XDP socket (*xdp.Socket);
+// tests substitute a socket whose device is busy.
+type xdpSocket interface {
+	Receive(frames [][]byte) int
+	Release()
+	Transmit(frames [][]byte) int
+	Complete() int
+	Unsent() int
+	FD() int
+	Stats() (xdp.Stats, error)
+	Close() error
+}
+
 // wakeOne is the eventfd increment written by Wake.
 var wakeOne = func() (b [8]byte) { binary.NativeEndian.PutUint64(b[:], 1); return }()
 
 // txPollInterval is how long Poll sleeps at most when the last Transmit
-// was short: chunks come back on the completion ring without an event to
-// wait for.
+// was short, or when frames are still on the TX ring because the device's
+// queue was full: chunks come back on the completion ring, and a device
+// queue gets room, without an event that ppoll(2) could wait for.
 const txPollInterval = 50 * time.Microsecond
 
 // newXDPLink wraps a bound socket. mtu is the interface's IP MTU.
-func newXDPLink(s *xdp.Socket, queue, mtu int) (*xdpLink, error) {
+func newXDPLink(s xdpSocket, queue, mtu int) (*xdpLink, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("create eventfd for queue %d: %w", queue, err)
@@ -136,10 +150,19 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 	if l.closed.Load() || l.waiters.Load() > 0 {
 		return
 	}
-	if l.txShort {
-		if l.sock.Complete() > 0 {
+	if l.txShort || l.sock.Unsent() > 0 {
+		// Frames wait for chunks or ring slots (txShort), or sit on the
+		// TX ring of a busy device: Complete takes chunks back and
+		// wakes the kernel to send again, and Poll comes back soon to
+		// repeat that. Sleeping until a frame arrives could leave READ
+		// responses unsent until the requester's ACK timeout.
+		reclaimed := l.sock.Complete() > 0
+		if reclaimed && l.txShort {
 			l.txShort = false
 			return
+		}
+		if !l.txShort && l.sock.Unsent() == 0 {
+			return // the device took the rest: the engine may have more
 		}
 		if timeout < 0 || timeout > txPollInterval {
 			timeout = txPollInterval

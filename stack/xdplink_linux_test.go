@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/uroce/uroce/internal/netns"
 	"github.com/uroce/uroce/internal/netns/netnstest"
+	"github.com/uroce/uroce/xdp"
 )
 
 // xdpLinkPair opens Manual devices (no engine goroutines) on both ends of
@@ -166,6 +170,75 @@ func TestXDPLinkCloseWhileLent(t *testing.T) {
 	b.Release()
 	if b.sock != nil {
 		t.Error("socket not closed by Release after Close")
+	}
+}
+
+// busySocket is an AF_XDP socket on a device whose queue is full: what
+// Transmit puts on the TX ring stays there until the kernel has been woken
+// room times more.
+type busySocket struct {
+	efd    int // never readable: Poll has nothing to wait for but its timeout
+	unsent int
+	room   int
+	kicks  int
+}
+
+func (s *busySocket) Receive([][]byte) int { return 0 }
+func (s *busySocket) Release()             {}
+func (s *busySocket) Transmit(f [][]byte) int {
+	s.unsent += len(f)
+	return len(f)
+}
+func (s *busySocket) Complete() int {
+	if s.unsent > 0 {
+		if s.kicks++; s.kicks >= s.room {
+			s.unsent = 0
+		}
+	}
+	return 0
+}
+func (s *busySocket) Unsent() int               { return s.unsent }
+func (s *busySocket) FD() int                   { return s.efd }
+func (s *busySocket) Stats() (xdp.Stats, error) { return xdp.Stats{}, nil }
+func (s *busySocket) Close() error              { return unix.Close(s.efd) }
+
+// TestXDPLinkBusyDevice: frames a busy device left on the TX ring are sent
+// without waiting for a frame to arrive. Before, Poll slept until the next
+// arrival or timer, and a READ responder on virtio-net left its responses
+// on the ring until the requester's ACK timeout.
+func TestXDPLinkBusyDevice(t *testing.T) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &busySocket{efd: efd, room: 3}
+	l, err := newXDPLink(s, 0, 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f := xdpTestFrame([6]byte{2}, [6]byte{4}, 100, 1)
+	if n := l.Transmit([][]byte{f, f, f, f}); n != 4 {
+		t.Fatalf("Transmit took %d of 4", n)
+	}
+	done := make(chan struct{})
+	var stop atomic.Bool
+	go func() {
+		defer close(done)
+		for s.Unsent() > 0 && !stop.Load() {
+			l.Poll(time.Hour) // as an idle engine with no timer due
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		stop.Store(true)
+		l.Wake()
+		<-done
+		t.Fatalf("Poll slept with %d frames on the TX ring after %d wake-ups", s.unsent, s.kicks)
+	}
+	if s.kicks != s.room {
+		t.Errorf("%d wake-ups, want %d", s.kicks, s.room)
 	}
 }
 

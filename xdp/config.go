@@ -158,6 +158,7 @@ type Stats struct {
 	TxBytes       uint64
 	TxMultiBuffer uint64 // of which sent as several descriptors
 	TxRejected    uint64 // frames Transmit could never send (empty, or too large)
+	TxBusy        uint64 // copy-mode wake-ups after which frames stayed on the TX ring (device queue full)
 	Completed     uint64 // chunks returned through the completion ring
 	Wakeups       uint64 // sendto/recvfrom calls made to wake the kernel
 	WakeupErrors  uint64 // of which failed with an error other than EAGAIN, EBUSY, ENOBUFS, ENETDOWN

@@ -455,6 +455,41 @@ func TestSimNeedWakeup(t *testing.T) {
 	}
 }
 
+// A device whose queue is full leaves frames on the TX ring after a
+// wake-up: Unsent says how many, TxBusy counts the wake-up, and Complete
+// wakes the kernel again until the device takes them.
+func TestSimBusyDevice(t *testing.T) {
+	k, s := newSim(t, Config{Frames: 32, RingSize: 16, NeedWakeup: true}, 0)
+	setFlag(k.tx.flags, true)
+	busy := true
+	sent := 0
+	k.onTXWake = func() {
+		if !busy {
+			sent += k.consumeTX(func([]byte) {})
+		}
+	}
+	frames := [][]byte{pattern(64, 1), pattern(100, 2), pattern(200, 3)}
+	if n := s.Transmit(frames); n != 3 {
+		t.Fatalf("Transmit took %d of 3", n)
+	}
+	if u := s.Unsent(); u != 3 || s.counters().TxBusy != 1 {
+		t.Fatalf("after a busy wake-up: Unsent %d, TxBusy %d; want 3, 1", u, s.counters().TxBusy)
+	}
+	s.Complete()
+	if s.counters().TxBusy != 2 || k.txWakes != 2 {
+		t.Errorf("Complete on a busy device: TxBusy %d, %d wake-ups; want 2, 2", s.counters().TxBusy, k.txWakes)
+	}
+	busy = false
+	s.Complete()
+	if sent != 3 || s.Unsent() != 0 || s.counters().TxBusy != 2 {
+		t.Errorf("once the device has room: %d sent, Unsent %d, TxBusy %d; want 3, 0, 2", sent, s.Unsent(), s.counters().TxBusy)
+	}
+	s.Close()
+	if s.Unsent() != 0 {
+		t.Error("Unsent of a closed socket")
+	}
+}
+
 func TestSimWakeupError(t *testing.T) {
 	k, s := newSim(t, Config{Frames: 16, RingSize: 8}, 0)
 	bad := errors.New("no such device")

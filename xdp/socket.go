@@ -316,10 +316,26 @@ func (s *Socket) reap() int {
 	return int(n)
 }
 
+// Unsent returns the number of descriptors on the TX ring that the kernel
+// has not taken yet. In copy mode, a wake-up sends what is on the ring
+// unless the device's queue is full (its driver reports busy, as
+// virtio-net does): those frames then stay on the ring and only a later
+// wake-up sends them, so whoever waits for events must come back to kick
+// again (Complete does) while Unsent is not zero.
+func (s *Socket) Unsent() int {
+	if s.closed {
+		return 0
+	}
+	return int(s.tx.outstanding())
+}
+
 // kickTX wakes the kernel to send what is on the TX ring, if it needs it.
 func (s *Socket) kickTX() {
 	if !s.cfg.NeedWakeup || s.tx.needWakeup() {
 		s.wakeup(s.wake.wakeTX())
+		if !s.zeroCopy && s.tx.outstanding() > 0 {
+			s.st.TxBusy++
+		}
 	}
 }
 

@@ -221,7 +221,7 @@ func (f *DeviceFlags) Report(w io.Writer, prog string, d verbs.Device) {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(w, "%s: queue %d: rx %d frames, tx %d frames, rx_dropped=%d rx_ring_full=%d fill_ring_empty=%d tx_ring_empty=%d\n",
-			prog, i, st.RxFrames, st.TxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, st.TxRingEmptyDescs)
+		fmt.Fprintf(w, "%s: queue %d: rx %d frames, tx %d frames, rx_dropped=%d rx_ring_full=%d fill_ring_empty=%d tx_ring_empty=%d tx_busy=%d\n",
+			prog, i, st.RxFrames, st.TxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, st.TxRingEmptyDescs, st.TxBusy)
 	}
 }

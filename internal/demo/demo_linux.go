@@ -172,6 +172,7 @@ func addXDP(d *xdp.Stats, s xdp.Stats) {
 	d.TxBytes += s.TxBytes
 	d.TxMultiBuffer += s.TxMultiBuffer
 	d.TxRejected += s.TxRejected
+	d.TxBusy += s.TxBusy
 	d.Completed += s.Completed
 	d.Wakeups += s.Wakeups
 	d.WakeupErrors += s.WakeupErrors
