@@ -161,12 +161,15 @@ func (e *engine) run() {
 	}
 }
 
-// relax gives the CPU up on turn n of an idle engine's polling. An
+// relax gives the CPU up on turn n of an idle engine's polling. First
+// it lets the link kick what a busy device left on its TX ring
+// (Poll(0)). An
 // engine whose work comes from other processes (Config.IdleSpin set: the
 // daemon's, whose clients post from theirs) gives it to other threads,
 // the clients' among them (spin.Relax); one whose work comes from its
 // own process's goroutines gives it to them, which is cheaper.
 func (e *engine) relax(n int) {
+	e.link.Poll(0)
 	if e.dev.cfg.IdleSpin > 0 {
 		spin.Relax(n)
 	} else {

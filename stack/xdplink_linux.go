@@ -140,11 +140,10 @@ func (l *xdpLink) Transmit(frames [][]byte) int {
 	return taken
 }
 
-// Poll implements Link.
+// Poll implements Link. Poll(0) does not sleep, but it still kicks what
+// a busy device left on the TX ring: an engine that spins (BusyPoll, or
+// before it sleeps) calls it on every idle turn for that.
 func (l *xdpLink) Poll(timeout time.Duration) {
-	if timeout == 0 {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed.Load() || l.waiters.Load() > 0 {
@@ -164,9 +163,15 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 		if !l.txShort && l.sock.Unsent() == 0 {
 			return // the device took the rest: the engine may have more
 		}
+		if timeout == 0 {
+			return
+		}
 		if timeout < 0 || timeout > txPollInterval {
 			timeout = txPollInterval
 		}
+	}
+	if timeout == 0 {
+		return
 	}
 	l.pfd[0] = unix.PollFd{Fd: int32(l.sock.FD()), Events: unix.POLLIN}
 	l.pfd[1] = unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN}

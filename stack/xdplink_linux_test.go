@@ -240,6 +240,17 @@ func TestXDPLinkBusyDevice(t *testing.T) {
 	if s.kicks != s.room {
 		t.Errorf("%d wake-ups, want %d", s.kicks, s.room)
 	}
+
+	// A spinning engine (busy polling) never sleeps in Poll: Poll(0),
+	// which it calls on every idle turn, kicks too.
+	s.kicks = 0
+	l.Transmit([][]byte{f})
+	for i := 0; i < s.room; i++ {
+		l.Poll(0)
+	}
+	if s.unsent != 0 || s.kicks != s.room {
+		t.Errorf("after %d calls of Poll(0): %d frames unsent, %d wake-ups", s.room, s.unsent, s.kicks)
+	}
 }
 
 func TestXDPLinkNoAllocs(t *testing.T) {
