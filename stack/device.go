@@ -62,6 +62,12 @@ type Config struct {
 	// BusyPoll makes engines spin on their links instead of sleeping in
 	// Link.Poll when idle: lower latency for a whole CPU per engine.
 	BusyPoll bool
+	// SocketBusyPoll, when positive, opens the AF_XDP sockets with the
+	// kernel's busy polling (xdp.Config.BusyPoll): an engine that polls
+	// its link (BusyPoll, or the spin before it sleeps) processes the
+	// queue's NAPI context in its own recvfrom(2) instead of waiting for
+	// the softirq to fill the RX ring.
+	SocketBusyPoll time.Duration
 	// IdleSpin is how long an idle engine keeps polling its link before
 	// it sleeps in Link.Poll (negative: not at all). A frame or a post
 	// within that time costs no wake-up. By default an engine polls 50

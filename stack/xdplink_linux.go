@@ -57,6 +57,7 @@ type xdpSocket interface {
 	Transmit(frames [][]byte) int
 	Complete() int
 	Unsent() int
+	BusyPoll()
 	FD() int
 	Stats() (xdp.Stats, error)
 	Close() error
@@ -184,6 +185,17 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 	if err == nil && n > 0 && l.pfd[1].Revents&unix.POLLIN != 0 {
 		unix.Read(l.efd, l.ebuf[:]) // reset the eventfd
 	}
+}
+
+// BusyPoll processes the queue's NAPI context from the engine's thread
+// when the socket was opened with kernel busy polling (see
+// Config.SocketBusyPoll); otherwise it does nothing.
+func (l *xdpLink) BusyPoll() {
+	l.mu.Lock()
+	if !l.closed.Load() {
+		l.sock.BusyPoll()
+	}
+	l.mu.Unlock()
 }
 
 // Wake implements Link.

@@ -198,6 +198,7 @@ func (s *busySocket) Complete() int {
 	return 0
 }
 func (s *busySocket) Unsent() int               { return s.unsent }
+func (s *busySocket) BusyPoll()                 {}
 func (s *busySocket) FD() int                   { return s.efd }
 func (s *busySocket) Stats() (xdp.Stats, error) { return xdp.Stats{}, nil }
 func (s *busySocket) Close() error              { return unix.Close(s.efd) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ChunkSize is the size of a UMEM chunk: one page. Larger chunks are refused
@@ -88,6 +89,16 @@ type Config struct {
 	// (jumbo frames, RoCE at path MTU 4096) can be received and sent as
 	// chains of descriptors.
 	MultiBuffer bool
+	// BusyPoll, when positive, asks the kernel to poll the queue's NAPI
+	// context from the socket's own system calls (SO_PREFER_BUSY_POLL,
+	// SO_BUSY_POLL with this many microseconds, SO_BUSY_POLL_BUDGET):
+	// a recvfrom or sendto then processes the device's receive queue
+	// itself instead of leaving it to a softirq. It needs a kernel with
+	// the options (Linux 5.11) and CAP_NET_ADMIN. See Socket.BusyPoll.
+	BusyPoll time.Duration
+	// BusyPollBudget is the most packets one busy poll processes
+	// (SO_BUSY_POLL_BUDGET), 64 by default.
+	BusyPollBudget int
 }
 
 // Errors returned by Open and the Socket methods. Open wraps them together
@@ -130,6 +141,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("AF_XDP config: queue %d: %w", c.Queue, ErrNoQueue)
 	case c.Mode < Auto || c.Mode > ZeroCopy:
 		return c, fmt.Errorf("AF_XDP config: unknown bind mode %d", int(c.Mode))
+	case c.BusyPoll < 0 || c.BusyPoll > time.Second:
+		return c, fmt.Errorf("AF_XDP config: busy poll %v, want 0 to 1s", c.BusyPoll)
+	case c.BusyPollBudget < 0 || c.BusyPollBudget > 1<<16:
+		return c, fmt.Errorf("AF_XDP config: busy poll budget %d, want 0 to %d", c.BusyPollBudget, 1<<16)
+	}
+	if c.BusyPoll > 0 && c.BusyPollBudget == 0 {
+		c.BusyPollBudget = 64
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The simulated kernel side of a socket, in plain memory. It does its own
@@ -487,6 +488,21 @@ func TestSimBusyDevice(t *testing.T) {
 	s.Close()
 	if s.Unsent() != 0 {
 		t.Error("Unsent of a closed socket")
+	}
+}
+
+// BusyPoll makes a recvfrom only on a socket opened for busy polling.
+func TestSimBusyPoll(t *testing.T) {
+	k, s := newSim(t, Config{Frames: 16, RingSize: 8}, 0)
+	s.BusyPoll()
+	if k.rxWakes != 0 {
+		t.Errorf("%d RX wake-ups without Config.BusyPoll", k.rxWakes)
+	}
+	k2, s2 := newSim(t, Config{Frames: 16, RingSize: 8, BusyPoll: 50 * time.Microsecond}, 0)
+	s2.BusyPoll()
+	s2.BusyPoll()
+	if k2.rxWakes != 2 {
+		t.Errorf("%d RX wake-ups with Config.BusyPoll, want 2", k2.rxWakes)
 	}
 }
 

@@ -329,6 +329,18 @@ func (s *Socket) Unsent() int {
 	return int(s.tx.outstanding())
 }
 
+// BusyPoll makes a recvfrom(2) that processes the queue's NAPI context
+// when the socket was opened with Config.BusyPoll, so that frames the
+// device received reach the RX ring (and frames on the TX ring go out)
+// without a softirq. Without Config.BusyPoll it does nothing. It does not
+// block or allocate.
+func (s *Socket) BusyPoll() {
+	if s.closed || s.cfg.BusyPoll <= 0 {
+		return
+	}
+	s.wakeup(s.wake.wakeRX())
+}
+
 // kickTX wakes the kernel to send what is on the TX ring, if it needs it.
 func (s *Socket) kickTX() {
 	if !s.cfg.NeedWakeup || s.tx.needWakeup() {

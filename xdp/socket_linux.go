@@ -64,6 +64,11 @@ func Open(cfg Config) (*Socket, error) {
 		sys.fd = -1
 		return nil, fmt.Errorf("%s: %w", op, classify(err))
 	}
+	if cfg.BusyPoll > 0 {
+		if err := setBusyPoll(sys.fd, cfg); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	sys.umem, err = unix.Mmap(-1, 0, cfg.Frames*ChunkSize, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
@@ -286,6 +291,30 @@ func (s *Socket) Close() error {
 	s.umem, s.scratch, s.held, s.free = nil, nil, nil, nil
 	if err := s.sys.close(); err != nil {
 		return fmt.Errorf("close AF_XDP socket: %w", err)
+	}
+	return nil
+}
+
+// setBusyPoll sets the socket's busy-poll options.
+func setBusyPoll(fd int, cfg Config) error {
+	for _, o := range []struct {
+		name string
+		opt  int
+		v    int
+	}{
+		{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1},
+		{"SO_BUSY_POLL", unix.SO_BUSY_POLL, max(1, int(cfg.BusyPoll/time.Microsecond))},
+		{"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, cfg.BusyPollBudget},
+	} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.v); err != nil {
+			switch {
+			case errors.Is(err, unix.ENOPROTOOPT):
+				return fmt.Errorf("set %s: the kernel has no busy polling of AF_XDP sockets (Linux 5.11 or later): %w", o.name, err)
+			case errors.Is(err, unix.EPERM):
+				return fmt.Errorf("set %s: busy polling needs CAP_NET_ADMIN: %w", o.name, ErrPermission)
+			}
+			return fmt.Errorf("set %s to %d: %w", o.name, o.v, err)
+		}
 	}
 	return nil
 }

@@ -419,3 +419,31 @@ func TestVethWait(t *testing.T) {
 		t.Fatalf("Receive after Wait = %d", n)
 	}
 }
+
+// Sockets opened with kernel busy polling carry traffic, and BusyPoll's
+// recvfrom drives the queue: frames arrive whether or not a softirq ran.
+func TestVethBusyPoll(t *testing.T) {
+	a, b := newVeth(t, 1500, 1, bpf.Native)
+	cfg := Config{Frames: 512, RingSize: 256, Mode: Copy, NeedWakeup: true, BusyPoll: 20 * time.Microsecond}
+	sa, sb := a.open(t, cfg), b.open(t, cfg)
+	if sb.Config().BusyPollBudget != 64 {
+		t.Errorf("budget %d, want the default 64", sb.Config().BusyPollBudget)
+	}
+	var frames [][]byte
+	for i := 0; i < 100; i++ {
+		frames = append(frames, roceFrame(a, b, 200+i, uint32(i)))
+	}
+	w0 := sb.counters().Wakeups
+	sb.BusyPoll()
+	if st := sb.counters(); st.Wakeups != w0+1 || st.WakeupErrors != 0 {
+		t.Errorf("BusyPoll: %d wake-ups (%d errors), want one more than %d and none", st.Wakeups, st.WakeupErrors, w0)
+	}
+	exchange(t, sa, sb, frames)
+
+	for _, bad := range []Config{{BusyPoll: -1}, {BusyPoll: 2 * time.Second}, {BusyPollBudget: -1}} {
+		bad.Interface = a.dev
+		if _, err := bad.withDefaults(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

@@ -73,6 +73,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.RawWindow, "raw-window", 512, "raw frames in flight at most")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
+	fs.DurationVar(&o.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	fs.BoolVar(&o.NoTCP, "no-kernel", false, "leave out the kernel TCP stream and UDP datagrams of each round")
 	fs.BoolVar(&o.NoExtra, "no-extra", false, "leave out the RC READ and 64-byte message rate phases")
 	jsonOut := fs.Bool("json", false, "the report as JSON")
@@ -92,6 +93,7 @@ func runBenchLat(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	mode := fs.String("mode", "both", "engine polling: poll, busy or both")
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.NoKernel, "no-kernel", false, "leave out the kernel UDP and TCP ping-pongs")
+	fs.DurationVar(&o.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	jsonOut := fs.Bool("json", false, "the report as JSON")
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code

@@ -48,6 +48,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	metrics := fs.String("metrics", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	xdpMode := fs.String("xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	busy := fs.Bool("busy-poll", false, "engines spin on the queues instead of sleeping in poll(2)")
+	sockBusy := fs.Duration("socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	spin := fs.Duration("poll-spin", daemon.DefaultSpin, "how long idle rings and queues are polled before the daemon sleeps")
@@ -62,7 +63,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
-		IdleSpin: *spin}
+		IdleSpin: *spin, SocketBusyPoll: *sockBusy}
 	if err := cong.Apply(&devCfg); err != nil {
 		fmt.Fprintf(stderr, "uroce daemon: %v\n", err)
 		return 2

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/stack"
@@ -40,6 +41,9 @@ type DeviceFlags struct {
 	// sleeping in poll(2) (stack.Config.BusyPoll): lower latency for a
 	// whole CPU per engine.
 	BusyPoll bool
+	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
+	// (stack.Config.SocketBusyPoll).
+	SocketBusyPoll time.Duration
 	// Daemon, when set, runs the tool on the uroce daemon's device
 	// instead of opening the interface: -d then names the daemon's
 	// device (default uroce0), and Daemon is the socket (or "true" for
@@ -70,6 +74,7 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.Stats, "stats", false, "print the device's counters at the end")
 	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
+	fs.DurationVar(&f.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	fs.Var(&f.Daemon, "daemon", "run on the uroce daemon's device (--daemon=SOCKET for another socket); -d names the device")
 	f.Congestion.Register(fs)
 }
@@ -102,6 +107,7 @@ func (f *DeviceFlags) Socket() string {
 var deviceHelp = [][2]string{
 	{"--xdp-mode=MODE", "auto, native or generic"},
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
+	{"--socket-busy-poll=D", "kernel busy polling of the AF_XDP sockets, D per poll (SO_BUSY_POLL; with --busy-poll or the spin before sleeping)"},
 	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
 	{"--ce=P, --rx-ce=P", "mark ECN-capable frames sent/received congestion experienced, as a congested switch does"},
 	{"--stats", "print the device and AF_XDP counters at the end"},
@@ -151,8 +157,8 @@ func (f *DeviceFlags) Faulty() bool {
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if sock := f.Socket(); sock != "" {
-		if f.Faulty() || f.BusyPoll || f.XDPMode != "" || f.Congestion.Changed() {
-			return nil, errors.New("fault injection, --busy-poll, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
+		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.XDPMode != "" || f.Congestion.Changed() {
+			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
 		}
 		return openDaemon(ctx, sock)
 	}
@@ -164,7 +170,8 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll}
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
+		SocketBusyPoll: f.SocketBusyPoll}
 	if err := f.Congestion.Apply(&cfg); err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ type latSide struct {
 
 func latRun(ctx context.Context, pair *netns.Pair, o *LatOptions, busy bool) (LatResult, error) {
 	res := LatResult{BusyPoll: busy}
-	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: busy}
+	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: busy, SocketBusyPoll: o.SocketBusyPoll}
 	sides := [2]*latSide{{}, {}}
 	for i, end := range []struct {
 		ns  *netns.Namespace

@@ -33,6 +33,9 @@ type LinkOptions struct {
 	XDPMode string
 	// BusyPoll makes the RoCE engines spin instead of sleeping in poll(2).
 	BusyPoll bool
+	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
+	// (stack.Config.SocketBusyPoll).
+	SocketBusyPoll time.Duration
 	// NoTCP leaves out the kernel TCP stream (and UDP datagrams) of each
 	// round; NoExtra the RC READ and 64-byte message rate phases.
 	NoTCP, NoExtra bool
@@ -218,6 +221,9 @@ type LatOptions struct {
 	XDPMode string
 	// NoKernel leaves out the kernel UDP and TCP ping-pongs.
 	NoKernel bool
+	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
+	// (stack.Config.SocketBusyPoll).
+	SocketBusyPoll time.Duration
 }
 
 func (o *LatOptions) defaults() error {
