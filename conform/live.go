@@ -36,7 +36,7 @@ func (c StockClient) Command(dev, gid string) string {
 func (sc *Scenario) StockClient() (StockClient, error) {
 	var c StockClient
 	if n := sc.Needs(); n.UD || n.GSI || n.Delivered {
-		return c, errors.New("needs a UD QP or the peer's receive completions: perftest's exchange sets up an RC QP and shows neither")
+		return c, errors.New("needs a UD QP whose sends or receive completions show: perftest's exchange sets up an RC QP (UD scenarios: --pingpong ud)")
 	}
 	posts := 0
 	for _, st := range sc.Steps {

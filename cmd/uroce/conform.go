@@ -43,6 +43,10 @@ The peer:
                     a perftest server grants one kind of remote access,
                     so scenarios that need another are skipped, and
                     those that need receives need ib_send_bw
+    --pingpong ud   the stock ibv_ud_pingpong's exchange with its server
+                    (ibv_ud_pingpong -s 64 -n 1, run again for each
+                    scenario): the UD scenarios, where the server's
+                    answer to a datagram shows that it was received
     --port N        its TCP port (18515)
     --xdp-mode M    auto, native or generic
   -d IFACE [PEER] --serve
@@ -80,6 +84,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	serve := fs.Bool("serve", false, "")
 	var pf peerFlags
 	pf.register(fs)
+	fs.StringVar(&pf.pingpong, "pingpong", "", "")
 	files, err := app.ParseArgs(fs, args)
 	if err == flag.ErrHelp {
 		fmt.Fprint(stdout, conformUsage)
@@ -116,11 +121,17 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return bad("peer %q: not an IP address", files[len(files)-1])
 		}
 		files = files[:len(files)-1]
-		if pf.perfTool == "" {
-			return bad("-d needs --perftest TOOL: how the peer's QP is set up")
-		}
-		if tool, err = parseTool(pf.perfTool); err != nil {
-			return bad("%v", err)
+		switch {
+		case pf.pingpong != "" && pf.pingpong != "ud":
+			return bad("--pingpong %q: want ud (the stock ibv_ud_pingpong server)", pf.pingpong)
+		case pf.pingpong != "" && pf.perfTool != "":
+			return bad("--perftest and --pingpong: give one, how the peer's QP is set up")
+		case pf.pingpong == "" && pf.perfTool == "":
+			return bad("-d needs --perftest TOOL or --pingpong ud: how the peer's QP is set up")
+		case pf.perfTool != "":
+			if tool, err = parseTool(pf.perfTool); err != nil {
+				return bad("%v", err)
+			}
 		}
 	}
 	var scs []*conform.Scenario
@@ -180,6 +191,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		addr := pf.addr(peerIP)
 		n := 0
 		run = func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
+			if pf.pingpong != "" {
+				n++
+				return runUDPingpong(ctx, rp, addr, s, n, *timeout, tap)
+			}
 			res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}
 			if why := perftestSkips(s, tool); why != "" {
 				res.Skipped = why

@@ -24,6 +24,7 @@ import (
 // exchange (uroce replay and conform).
 type peerFlags struct {
 	dev, xdpMode, perfTool string
+	pingpong               string // conform's --pingpong (replay's is a switch of its own)
 	port                   int
 }
 

@@ -46,9 +46,14 @@ func conformRxe(t *testing.T, kernel string) {
 			continue
 		}
 		var tool, guest string
+		peerArgs := []string{"--perftest"}
 		switch {
+		case n.UD && !n.Peer:
+			// ibv_ud_pingpong's server answers the datagram it
+			// receives: that shows its receive completion.
+			tool, guest, peerArgs = "ud", "ibv_ud_pingpong -d rxe0 -g 1 -s 64 -n 1", []string{"--pingpong"}
 		case n.Read || n.Write && n.Atomic || n.Flush || sc.Receives > 0 || n.UD || n.Delivered:
-			continue // no stock server grants it, or the peer must show its completions
+			continue // no stock server grants it, or the peer must post sends of its own
 		case n.Placement && kernel == "6.1":
 			continue // rdma_rxe has FLUSH and ATOMIC_WRITE from 6.2 on
 		case n.Atomic:
@@ -66,7 +71,7 @@ func conformRxe(t *testing.T, kernel string) {
 		}
 		name := sc.Name
 		steps = append(steps, step{name: "conform-" + name, guest: guest, uroceExit: exit, badFrames: sendsBadICRC(sc),
-			uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--perftest", tool, "--timeout", "2s"},
+			uroce: append([]string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--timeout", "2s"}, append(peerArgs, tool)...),
 			check: func(t *testing.T, g, u string) {
 				if !line.MatchString(u) {
 					t.Errorf("%s: want %s:\n%s", name, map[bool]string{true: "PASS", false: "FAIL"}[w.Pass], u)
