@@ -3,6 +3,7 @@ package stack
 import (
 	"github.com/uroce/uroce/pfc"
 	"github.com/uroce/uroce/qp"
+	"github.com/uroce/uroce/xdp"
 )
 
 // Counters are a device's counters: what its engines saw on the links
@@ -24,6 +25,18 @@ type Counters struct {
 	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
 	BackingErr     uint64 // backing_err: failed reads and writes of backed regions (the process gone, its memory unmapped)
+	// The AF_XDP sockets' counters, summed over the queues (the kernel's
+	// XDP_STATISTICS and the sockets' own): frames the kernel dropped
+	// for a full RX ring or for lack of fill ring entries, the times
+	// it found the fill ring or the TX ring empty, wake-ups after which
+	// a busy device left frames on the TX ring, and frames too long to
+	// send.
+	XSKRxDropped     uint64 // xsk_rx_dropped
+	XSKRxRingFull    uint64 // xsk_rx_ring_full
+	XSKFillRingEmpty uint64 // xsk_fill_ring_empty
+	XSKTxRingEmpty   uint64 // xsk_tx_ring_empty
+	XSKTxBusy        uint64 // xsk_tx_busy
+	XSKTxRejected    uint64 // xsk_tx_rejected
 	// Pause counts the link partner's PAUSE and PFC frames and the time
 	// they held transmission (rx_prio3_pause, ..., as ethtool names them).
 	Pause pfc.Counters
@@ -48,6 +61,16 @@ func (d *Device) Counters() Counters {
 		c.RcvSteerDrop += p.rcvSteerDrop.Load()
 		c.TxEncodeErr += p.txEncodeErr.Load()
 		c.BackingErr += p.backingErr.Load()
+		if x, ok := e.link.(interface{ XDPStats() (xdp.Stats, error) }); ok {
+			if st, err := x.XDPStats(); err == nil {
+				c.XSKRxDropped += st.RxDropped
+				c.XSKRxRingFull += st.RxRingFull
+				c.XSKFillRingEmpty += st.RxFillRingEmptyDescs
+				c.XSKTxRingEmpty += st.TxRingEmptyDescs
+				c.XSKTxBusy += st.TxBusy
+				c.XSKTxRejected += st.TxRejected
+			}
+		}
 	}
 	c.CQOverrun = d.cqOverrun.Load()
 	c.BackingErr += d.backingErr.Load()
@@ -124,6 +147,12 @@ var deviceCounterFields = []struct {
 	{"tx_encode_err", func(c *Counters) *uint64 { return &c.TxEncodeErr }},
 	{"cq_overrun", func(c *Counters) *uint64 { return &c.CQOverrun }},
 	{"backing_err", func(c *Counters) *uint64 { return &c.BackingErr }},
+	{"xsk_rx_dropped", func(c *Counters) *uint64 { return &c.XSKRxDropped }},
+	{"xsk_rx_ring_full", func(c *Counters) *uint64 { return &c.XSKRxRingFull }},
+	{"xsk_fill_ring_empty", func(c *Counters) *uint64 { return &c.XSKFillRingEmpty }},
+	{"xsk_tx_ring_empty", func(c *Counters) *uint64 { return &c.XSKTxRingEmpty }},
+	{"xsk_tx_busy", func(c *Counters) *uint64 { return &c.XSKTxBusy }},
+	{"xsk_tx_rejected", func(c *Counters) *uint64 { return &c.XSKTxRejected }},
 }
 
 // Map returns the counters by name.

@@ -323,3 +323,38 @@ func BenchmarkXDPLink(b *testing.B) {
 		})
 	}
 }
+
+// The device's counters carry the AF_XDP sockets' (xsk_*), as uroce stat
+// and the daemon's metrics show them.
+func TestXDPLinkDeviceCounters(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	p := netnstest.NewPair(t, netns.PairConfig{Prefix: "uxc", MTU: 1500})
+	var d *Device
+	err := p.A.Do(func() (err error) {
+		d, err = Open(context.Background(), Config{Interface: p.DevA, Manual: true})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l := d.engines[0].link.(*xdpLink)
+	mac := d.MAC()
+	if n := l.Transmit([][]byte{xdpTestFrame(mac, mac, 1600, 1)}); n != 1 {
+		t.Fatalf("transmit took %d", n)
+	}
+	c := d.Counters()
+	if c.XSKTxRejected != 1 {
+		t.Errorf("xsk_tx_rejected %d, want 1 (the oversize frame)", c.XSKTxRejected)
+	}
+	m := c.Map()
+	for _, name := range []string{"xsk_rx_dropped", "xsk_rx_ring_full", "xsk_fill_ring_empty", "xsk_tx_ring_empty", "xsk_tx_busy", "xsk_tx_rejected"} {
+		if _, ok := m[name]; !ok {
+			t.Errorf("no counter %s", name)
+		}
+	}
+	var back Counters
+	if !back.Set("xsk_tx_rejected", 1) || back.XSKTxRejected != 1 {
+		t.Error("Set does not know xsk_tx_rejected")
+	}
+}
