@@ -789,6 +789,14 @@ func (ss *session) connected(id *cmIDObj, c *rdmacm.Conn, err error) {
 		}
 		ss.srv.log.Info("rdma cm: not connected", "session", ss.id, "peer", id.dst, "err", err)
 	}
+	if c != nil && c.NeverEstablished() {
+		// The RTU was lost and the peer has disconnected: the kernel's
+		// rdma_cm reports DISCONNECTED alone.
+		id.state = cmDisconnected
+		id.mu.Unlock()
+		id.emit(&proto.CMEvent{Type: proto.CMEventDisconnected})
+		return
+	}
 	id.mu.Unlock()
 	id.emit(&ev)
 	if c != nil {

@@ -314,12 +314,25 @@ func (p *Answering) Wait() (*Conn, error) {
 	case <-w.estab:
 	case <-w.gone:
 		a.mu.Lock()
+		early := w.err == nil && w.end.Type == cm.EventDisconnectRequest
 		err := w.result()
 		a.mu.Unlock()
-		return nil, fmt.Errorf("accept: %w", err)
+		if !early {
+			return nil, fmt.Errorf("accept: %w", err)
+		}
+		// A DREQ before the RTU: the RTU was lost, and the active side,
+		// established, has disconnected already. rdma_accept succeeds
+		// then, and RDMA_CM_EVENT_DISCONNECTED follows: the connection
+		// is returned ended (Done is closed).
+	}
+	var early bool
+	select {
+	case <-w.estab:
+	default:
+		early = true
 	}
 	return &Conn{a: a, id: r.id, w: w, qp: p.q, manual: p.q == nil, Local: r.Local, Remote: r.Remote,
-		PrivateData: r.PrivateData}, nil
+		PrivateData: r.PrivateData, noRTU: early}, nil
 }
 
 // Reject refuses the request with a REJ "consumer reject" carrying
@@ -510,6 +523,9 @@ type Conn struct {
 	manual bool
 	attrs  QPAttrs // manual
 	once   sync.Once
+	// noRTU: accepted, and disconnected by a DREQ that came before the
+	// RTU (NeverEstablished).
+	noRTU bool
 	// Local and Remote are the connection's addresses.
 	Local, Remote netip.AddrPort
 	// PrivateData is the peer's: the REP's (Dial) or the REQ's after
@@ -519,6 +535,12 @@ type Conn struct {
 
 // QP returns the connection's QP.
 func (c *Conn) QP() *stack.QP { return c.qp }
+
+// NeverEstablished reports an accepted connection that the peer
+// disconnected before its RTU came (the RTU was lost): it ended without
+// reaching ESTABLISHED on this side, as the kernel's rdma_cm reports
+// RDMA_CM_EVENT_DISCONNECTED alone then. Done is closed.
+func (c *Conn) NeverEstablished() bool { return c.noRTU }
 
 // Done is closed when the connection ends: the peer disconnected
 // (RDMA_CM_EVENT_DISCONNECTED; the QP is then in ERR) or Close ran.

@@ -3,14 +3,17 @@ package rdmacm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/mad"
@@ -49,6 +52,13 @@ func openPair(t testing.TB, drop float64) (A, B *side) {
 		la = fault.Wrap(pa, fault.Config{Seed: 1, Drop: drop})
 		lb = fault.Wrap(pb, fault.Config{Seed: 2, Drop: drop})
 	}
+	return openLinks(t, la, lb)
+}
+
+// openLinks opens two devices on the two links with engines and agents
+// running.
+func openLinks(t testing.TB, la, lb stack.Link) (A, B *side) {
+	t.Helper()
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	mk := func(l stack.Link, mac [6]byte, ip netip.Addr) *side {
 		d, err := stack.Open(context.Background(), stack.Config{Link: l, MAC: mac, Addrs: []netip.Addr{ip}, Neighbors: nb})
@@ -138,6 +148,9 @@ func connectPair(t testing.TB, A, B *side, l *Listener, dialData, acceptData []b
 	wg.Wait()
 	if err != nil || berr != nil {
 		t.Fatalf("dial: %v; accept: %v", err, berr)
+	}
+	if cb.NeverEstablished() {
+		t.Fatal("an accepted connection whose RTU came reports NeverEstablished")
 	}
 	return ca, cb
 }
@@ -237,6 +250,85 @@ func TestCloseSendsDREP(t *testing.T) {
 	}
 	if c := A.a.Counters(); c.Resent != 0 {
 		t.Errorf("the active side resent %d MADs", c.Resent)
+	}
+}
+
+// dropMAD is a link that loses the first frame it sends of a CM MAD
+// of one attribute.
+type dropMAD struct {
+	stack.Link
+	attr    mad.AttrID
+	dropped atomic.Bool
+	pkt     bth.Packet
+}
+
+func (d *dropMAD) Transmit(frames [][]byte) int {
+	for i, f := range frames {
+		if d.dropped.Load() || bth.Parse(f, &d.pkt) != nil || d.pkt.BTH().DestQP() != stack.GSIQPN {
+			continue
+		}
+		if m := d.pkt.Payload(); len(m) >= 18 && mad.AttrID(binary.BigEndian.Uint16(m[16:])) == d.attr {
+			d.dropped.Store(true)
+			n := d.Link.Transmit(frames[:i])
+			if n < i {
+				return n
+			}
+			return i + 1 + d.Link.Transmit(frames[i+1:])
+		}
+	}
+	return d.Link.Transmit(frames)
+}
+
+// A DREQ that comes before the RTU (lost here) tells the passive side
+// that the active one is established: Accept succeeds, and the
+// connection is already disconnected, as rdma_accept returns and
+// RDMA_CM_EVENT_DISCONNECTED follows. Before, Accept failed.
+func TestDREQBeforeRTU(t *testing.T) {
+	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
+	da := &dropMAD{Link: pa, attr: mad.AttrRTU}
+	A, B := openLinks(t, da, pb)
+	l, err := Listen(B.dev, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := Dial(ctx, A.dev, A.pd, netip.AddrPortFrom(ipB, l.Port()), A.init(), nil)
+		if err == nil {
+			err = c.Close() // at once: the DREQ follows the lost RTU
+		}
+		dialed <- err
+	}()
+	r, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := B.pd.CreateQP(B.init())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Destroy()
+	c, err := r.Accept(q, nil)
+	if err != nil {
+		t.Fatalf("accept, the RTU lost and a DREQ come: %v", err)
+	}
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the accepted connection did not end on the DREQ")
+	}
+	if !c.NeverEstablished() {
+		t.Error("NeverEstablished false for a connection whose RTU never came")
+	}
+	c.Close()
+	if err := <-dialed; err != nil {
+		t.Fatalf("dial and close: %v", err)
+	}
+	if !da.dropped.Load() {
+		t.Fatal("no RTU was dropped")
 	}
 }
 
