@@ -100,19 +100,7 @@ func script(steps []step, client bool, iters map[bool]int, xdpMode, extra string
 	var b strings.Builder
 	// The stock clients give up at once when the server is not listening
 	// yet; uroce's retry themselves (--connect-wait).
-	b.WriteString(`try() {
-	n=0
-	while :; do
-		out=$("$@" 2>&1); rc=$?
-		case "$out" in
-		*"t connect to"*) n=$((n+1)); [ $n -ge 1500 ] && break; sleep 0.2 ;;
-		*) break ;;
-		esac
-	done
-	printf '%s\n' "$out"
-	return $rc
-}
-`)
+	b.WriteString(rxe.TryFunc(1500, "0.2", `*"t connect to"*`))
 	rxeUp := true
 	to := int(timeout.Seconds())
 	for _, s := range steps {

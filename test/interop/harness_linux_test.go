@@ -155,19 +155,8 @@ const (
 // ucmatose's "REJECTED, error: 8", udaddy's SIDR "UNREACHABLE, error: 1").
 func (g *group) script() string {
 	var b strings.Builder
-	b.WriteString(`try() {
-	n=0
-	while :; do
-		out=$("$@" 2>&1); rc=$?
-		case "$out" in
-		*"t connect to"*|*"RDMA_CM_EVENT_REJECTED, error 8"*|*"RDMA_CM_EVENT_REJECTED, error: 8"*|*"RDMA_CM_EVENT_UNREACHABLE, error: 1"*|*"Unexpected CM event bl blka 8"*) n=$((n+1)); [ $n -ge 300 ] && break; sleep 0.1 ;;
-		*) break ;;
-		esac
-	done
-	printf '%s\n' "$out"
-	return $rc
-}
-`)
+	b.WriteString(rxe.TryFunc(300, "0.1", `*"t connect to"*`, `*"RDMA_CM_EVENT_REJECTED, error 8"*`,
+		`*"RDMA_CM_EVENT_REJECTED, error: 8"*`, `*"RDMA_CM_EVENT_UNREACHABLE, error: 1"*`, `*"Unexpected CM event bl blka 8"*`))
 	for _, s := range g.steps {
 		to := int(g.timeout().Seconds())
 		if s.guestTimeout > 0 {

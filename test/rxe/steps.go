@@ -14,6 +14,27 @@ const (
 	EndMark   = "== end "
 )
 
+// TryFunc returns a shell function try: it runs its arguments again,
+// up to tries times, pause seconds apart, while their output matches
+// one of the shell case patterns (a client whose server is not
+// listening yet); then it prints the last output and returns its exit
+// status.
+func TryFunc(tries int, pause string, patterns ...string) string {
+	return `try() {
+	n=0
+	while :; do
+		out=$("$@" 2>&1); rc=$?
+		case "$out" in
+		` + strings.Join(patterns, "|") + `) n=$((n+1)); [ $n -ge ` + strconv.Itoa(tries) + ` ] && break; sleep ` + pause + ` ;;
+		*) break ;;
+		esac
+	done
+	printf '%s\n' "$out"
+	return $rc
+}
+`
+}
+
 // Section returns the output of step name and its exit status; ok is
 // false when its end (or its exit status) is not there.
 func Section(out, name string) (text string, code int, ok bool) {
