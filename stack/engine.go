@@ -20,10 +20,6 @@ type engine struct {
 	id    int
 	link  Link
 	clock Clock
-	// busyPoller is the link's kernel busy poll, when
-	// Config.SocketBusyPoll asked for it: made on every turn an idle
-	// engine polls.
-	busyPoller interface{ BusyPoll() }
 
 	// batchMu is held while a batch is processed; Deregister and
 	// Destroy take it to wait for the batch in progress.
@@ -107,9 +103,6 @@ func newEngine(d *Device, id int, l Link) *engine {
 	for i := range e.txBufs {
 		e.txBufs[i] = make([]byte, e.frameMax)
 	}
-	if bp, ok := l.(interface{ BusyPoll() }); ok && d.cfg.SocketBusyPoll > 0 {
-		e.busyPoller = bp
-	}
 	return e
 }
 
@@ -169,17 +162,15 @@ func (e *engine) run() {
 }
 
 // relax gives the CPU up on turn n of an idle engine's polling. First
-// it lets the link kick what a busy device left on its TX ring (Poll(0))
-// and makes a kernel busy poll of the link if it has one. An
+// it lets the link do what it does without sleeping (Poll(0): an AF_XDP
+// link kicks what a busy device left on its TX ring, and busy-polls
+// the queue when asked to). An
 // engine whose work comes from other processes (Config.IdleSpin set: the
 // daemon's, whose clients post from theirs) gives it to other threads,
 // the clients' among them (spin.Relax); one whose work comes from its
 // own process's goroutines gives it to them, which is cheaper.
 func (e *engine) relax(n int) {
 	e.link.Poll(0)
-	if e.busyPoller != nil {
-		e.busyPoller.BusyPoll()
-	}
 	if e.dev.cfg.IdleSpin > 0 {
 		spin.Relax(n)
 	} else {

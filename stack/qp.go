@@ -287,7 +287,6 @@ type QP struct {
 	busy     bool // had packets to send when last released
 
 	kicked bool // guarded by eng.kickMu
-
 }
 
 // CreateQP creates a queue pair (ibv_create_qp) in the RESET state.

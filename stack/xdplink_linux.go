@@ -142,8 +142,10 @@ func (l *xdpLink) Transmit(frames [][]byte) int {
 }
 
 // Poll implements Link. Poll(0) does not sleep, but it still kicks what
-// a busy device left on the TX ring: an engine that spins (BusyPoll, or
-// before it sleeps) calls it on every idle turn for that.
+// a busy device left on the TX ring and, on a socket opened with kernel
+// busy polling (Config.SocketBusyPoll), polls the queue: an engine that
+// spins (BusyPoll, or before it sleeps) calls it on every idle turn for
+// that.
 func (l *xdpLink) Poll(timeout time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,14 +166,12 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 		if !l.txShort && l.sock.Unsent() == 0 {
 			return // the device took the rest: the engine may have more
 		}
-		if timeout == 0 {
-			return
-		}
 		if timeout < 0 || timeout > txPollInterval {
 			timeout = txPollInterval
 		}
 	}
 	if timeout == 0 {
+		l.sock.BusyPoll()
 		return
 	}
 	l.pfd[0] = unix.PollFd{Fd: int32(l.sock.FD()), Events: unix.POLLIN}
@@ -185,17 +185,6 @@ func (l *xdpLink) Poll(timeout time.Duration) {
 	if err == nil && n > 0 && l.pfd[1].Revents&unix.POLLIN != 0 {
 		unix.Read(l.efd, l.ebuf[:]) // reset the eventfd
 	}
-}
-
-// BusyPoll processes the queue's NAPI context from the engine's thread
-// when the socket was opened with kernel busy polling (see
-// Config.SocketBusyPoll); otherwise it does nothing.
-func (l *xdpLink) BusyPoll() {
-	l.mu.Lock()
-	if !l.closed.Load() {
-		l.sock.BusyPoll()
-	}
-	l.mu.Unlock()
 }
 
 // Wake implements Link.

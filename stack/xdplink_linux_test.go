@@ -181,6 +181,7 @@ type busySocket struct {
 	unsent int
 	room   int
 	kicks  int
+	polls  int // BusyPoll calls
 }
 
 func (s *busySocket) Receive([][]byte) int { return 0 }
@@ -198,7 +199,7 @@ func (s *busySocket) Complete() int {
 	return 0
 }
 func (s *busySocket) Unsent() int               { return s.unsent }
-func (s *busySocket) BusyPoll()                 {}
+func (s *busySocket) BusyPoll()                 { s.polls++ }
 func (s *busySocket) FD() int                   { return s.efd }
 func (s *busySocket) Stats() (xdp.Stats, error) { return xdp.Stats{}, nil }
 func (s *busySocket) Close() error              { return unix.Close(s.efd) }
@@ -251,6 +252,13 @@ func TestXDPLinkBusyDevice(t *testing.T) {
 	}
 	if s.unsent != 0 || s.kicks != s.room {
 		t.Errorf("after %d calls of Poll(0): %d frames unsent, %d wake-ups", s.room, s.unsent, s.kicks)
+	}
+	// With nothing left to send, Poll(0) makes the socket's busy poll
+	// (which does nothing unless it was opened for it).
+	s.polls = 0
+	l.Poll(0)
+	if s.polls != 1 {
+		t.Errorf("Poll(0) made %d busy polls, want 1", s.polls)
 	}
 }
 
