@@ -20,6 +20,9 @@ import (
 // (Disconnect). The MADs go as UD SENDs to the peer's QP1 with the GSI
 // Q_Key; the connection state is package cm's machine, on the wall
 // clock. Once established, Live names the peer's QPN and first PSN.
+//
+// ListenCM makes the other end of it: the played end listens, as an
+// rdma_cm server does, and answers the live peer's REQ.
 type CM struct {
 	m     *cm.Machine
 	start time.Time
@@ -29,6 +32,14 @@ type CM struct {
 	begun bool
 	psn   bth.PSN // of the MADs sent (QP1's own PSN space)
 	ipid  uint16
+
+	// The listening end: the port, the first PSN of the peer's
+	// requests it puts in the REP, how long it waits for a REQ.
+	passive  bool
+	port     uint16
+	repPSN   bth.PSN
+	wait     time.Duration
+	accepted bool
 
 	state  cmState
 	err    error
@@ -68,8 +79,21 @@ func NewCM(live Live, port uint16, psn bth.PSN, mtu stack.MTU) (*CM, error) {
 	return &CM{m: cm.New(cm.Config{}), live: live, req: req, psn: 1}, nil
 }
 
+// ListenCM prepares the played end (live.Local, its QPN) to accept an
+// RDMA CM connection from live.Peer to port, as an rdma_cm server
+// (rdma_listen, rdma_accept) does: the peer's REQ names its QP and the
+// first PSN of this end's requests, and the REP answers with this end's
+// QPN and psn, the first PSN of the peer's requests. A REQ from another
+// address is left alone, a second one from the peer is refused
+// (consumer reject), and none within wait is an error.
+func ListenCM(live Live, port uint16, psn bth.PSN, wait time.Duration) *CM {
+	live.PeerPSN = int64(psn & bth.PSNMask)
+	return &CM{m: cm.New(cm.Config{}), live: live, psn: 1, passive: true, port: port, repPSN: psn & bth.PSNMask, wait: wait}
+}
+
 // Live returns the live setup: after the connection, with the peer's
-// QPN and the first PSN of this end's requests from its REP.
+// QPN and the first PSNs of both ends' requests (from the REP or the
+// REQ).
 func (c *CM) Live() Live { return c.live }
 
 // Err returns why the connection failed (a REJ, a timeout), or nil.
@@ -101,6 +125,18 @@ func (c *CM) Done() bool {
 // Poll implements Player.
 func (c *CM) Poll(t time.Time) ([][]byte, time.Time) {
 	now := c.now(t)
+	if c.passive && !c.begun {
+		c.begun = true
+		if err := c.m.Listen(rdmacm.ServiceID(c.port)); err != nil {
+			c.err = err
+			return nil, time.Time{}
+		}
+	}
+	if c.passive && !c.accepted && c.err == nil && now >= c.wait {
+		c.err = fmt.Errorf("no RDMA CM connection request from %v to port %d within %v: start the peer's client (such as rping -c -a ADDRESS -p %d)",
+			c.live.Peer.IP, c.port, c.wait, c.port)
+		return nil, time.Time{}
+	}
 	if !c.begun {
 		c.begun = true
 		id, err := c.m.Connect(now, c.live.Peer.IP, c.req)
@@ -123,6 +159,9 @@ func (c *CM) Poll(t time.Time) ([][]byte, time.Time) {
 	if d, ok := c.m.Deadline(); ok {
 		wake = c.start.Add(d)
 	}
+	if c.passive && !c.accepted && (wake.IsZero() || c.start.Add(c.wait).Before(wake)) {
+		wake = c.start.Add(c.wait)
+	}
 	return c.out, wake
 }
 
@@ -131,6 +170,19 @@ func (c *CM) handle(now cm.Time) {
 	c.events = c.m.Events(c.events[:0])
 	for _, e := range c.events {
 		switch e.Type {
+		case cm.EventRequest:
+			if c.accepted || c.err != nil {
+				c.m.Reject(now, e.ID, mad.RejConsumer, nil, nil)
+				continue
+			}
+			req := *e.REQ
+			c.id, c.accepted = e.ID, true
+			c.live.Peer.QPN, c.live.LocalPSN = req.LocalQPN, int64(req.StartingPSN)
+			// As many READs and atomics both ways as the REQ offers.
+			rep := cm.Answer(&req, c.live.Local.QPN, c.repPSN, 16, 16, 7, 0)
+			if err := c.m.Accept(now, c.id, rep); err != nil {
+				c.err = err
+			}
 		case cm.EventReply:
 			c.live.Peer.QPN, c.live.LocalPSN = e.REP.LocalQPN, int64(e.REP.StartingPSN)
 			if err := c.m.ReadyToUse(now, c.id, nil); err != nil {
@@ -139,8 +191,16 @@ func (c *CM) handle(now cm.Time) {
 		case cm.EventEstablished:
 			c.state = cmEstablished
 		case cm.EventRejected:
+			if c.passive {
+				c.err = fmt.Errorf("the peer's RDMA CM gave up the connection (REJ %v)", e.Reason)
+				continue
+			}
 			c.err = &RejectError{Reason: e.Reason}
 		case cm.EventTimeout:
+			if c.passive {
+				c.err = errors.New("the peer's RDMA CM did not confirm the connection (no RTU to the REP)")
+				continue
+			}
 			c.err = errors.New("the peer's RDMA CM did not answer (no listener on that port, or the peer is unreachable)")
 		case cm.EventDisconnectRequest:
 			c.m.Disconnect(now, c.id, nil) // the DREP
@@ -171,10 +231,23 @@ func (c *CM) frame(m *[mad.Len]byte, i int) []byte {
 
 // Input implements Player: it takes the peer's MADs (UD SENDs to QP1
 // with the GSI Q_Key) and leaves every other frame.
+//
+// The listening end also takes the first packet of the peer's for its QP
+// after the REP as the connection established (the communication
+// established event, §12.9.5.2): an active side may send before its RTU
+// arrives. It leaves that packet to the next player all the same.
 func (c *CM) Input(frame []byte, t time.Time) bool {
 	p := &c.pkt
-	if bth.Parse(frame, p) != nil || !p.ICRCOK() || p.Opcode() != bth.OpUDSendOnly || p.BTH().DestQP() != stack.GSIQPN ||
-		p.SrcIP().Unmap() != c.live.Peer.IP.Unmap() {
+	if bth.Parse(frame, p) != nil || !p.ICRCOK() || p.SrcIP().Unmap() != c.live.Peer.IP.Unmap() {
+		return false
+	}
+	if c.passive && c.accepted && c.state == cmConnecting && p.BTH().DestQP() == c.live.Local.QPN {
+		now := c.now(t)
+		c.m.Established(now, c.id)
+		c.handle(now)
+		return false
+	}
+	if p.Opcode() != bth.OpUDSendOnly || p.BTH().DestQP() != stack.GSIQPN {
 		return false
 	}
 	if d := p.DETH(); d == nil || d.QKey() != stack.GSIQKey {

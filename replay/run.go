@@ -384,3 +384,73 @@ func prefill(c *Conversation, me int, mem []byte, vaBase uint64) {
 		}
 	}
 }
+
+// Then is a Player that plays first until it is done, then the Player
+// that next makes from what first learnt (a Session, from a CM's live
+// setup). Frames that come after first is done, even in the same
+// receive batch, go to the second, and those it leaves go to first
+// still (a DREQ of the peer's during the replay gets its DREP). When
+// first ends with an error (its Err), next is not called. Err returns
+// either one's error.
+func Then(first Player, next func() (Player, error)) *Chain {
+	return &Chain{first: first, next: next}
+}
+
+// Chain is the Player of Then.
+type Chain struct {
+	first, second Player
+	next          func() (Player, error)
+	err           error
+	out           [][]byte
+}
+
+// Err returns why the chain stopped early: the first player's error or
+// next's.
+func (c *Chain) Err() error { return c.err }
+
+func (c *Chain) advance() {
+	if c.second != nil || c.err != nil || !c.first.Done() {
+		return
+	}
+	if e, ok := c.first.(interface{ Err() error }); ok && e.Err() != nil {
+		c.err = e.Err()
+		return
+	}
+	c.second, c.err = c.next()
+}
+
+// Poll implements Player.
+func (c *Chain) Poll(now time.Time) ([][]byte, time.Time) {
+	out, wake := c.first.Poll(now)
+	c.advance()
+	if c.second == nil {
+		return out, wake
+	}
+	c.out = append(c.out[:0], out...)
+	o2, w2 := c.second.Poll(now)
+	c.out = append(c.out, o2...)
+	if wake.IsZero() || !w2.IsZero() && w2.Before(wake) {
+		wake = w2
+	}
+	return c.out, wake
+}
+
+// Input implements Player.
+func (c *Chain) Input(frame []byte, now time.Time) bool {
+	if c.second != nil && c.second.Input(frame, now) {
+		return true
+	}
+	ok := c.first.Input(frame, now)
+	had := c.second != nil
+	c.advance()
+	if !ok && !had && c.second != nil {
+		return c.second.Input(frame, now) // the frame that ended first's part
+	}
+	return ok
+}
+
+// Done implements Player.
+func (c *Chain) Done() bool {
+	c.advance()
+	return c.err != nil || c.second != nil && c.second.Done()
+}

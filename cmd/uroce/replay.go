@@ -57,7 +57,15 @@ The peer:
                        released (DREQ) after. A conversation whose
                        buffers another one advertises (perftest -R's
                        test QP: --qpn it) is played with that one, each
-                       on its own connection, in the recorded order
+                       on its own connection, in the recorded order.
+                       With --side naming the end that received the
+                       recorded REQ, the replay listens on PORT instead,
+                       as that server did, for a client on PEER (such as
+                       rping -c or ucmatose -s, with the recorded flags),
+                       accepts its REQ (REP; its first packet before the
+                       RTU counts as the RTU) and plays the server's
+                       part; one conversation only
+    --wait D           how long the listening end waits for the REQ (60s)
     --dest-qpn N       or by hand: the peer QP's number, with
     [--psn N]          the first PSN it expects (default: as recorded),
     [--peer-psn N]     its own first PSN (default: from its first request),
@@ -115,6 +123,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	pf.register(fs)
 	pp := fs.Bool("pingpong", false, "")
 	cmPort := fs.Int("rdma-cm", 0, "")
+	listenWait := fs.Duration("wait", 60*time.Second, "")
 	destQPN := fs.String("dest-qpn", "", "")
 	psn := fs.String("psn", "", "")
 	peerPSN := fs.String("peer-psn", "", "")
@@ -255,6 +264,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if ways != 1 {
 			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong, --rdma-cm PORT or --dest-qpn N\n%s", replayUsage)
 		}
+		if *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient {
+			if len(parts) > 1 {
+				return bad("--rdma-cm with --side %s: the listening end of several conversations (%d, as perftest -R's) cannot be played; play the end that sent the REQ",
+					*side, len(parts))
+			}
+			if *listenWait <= 0 {
+				return bad("--wait %v: want a positive duration", *listenWait)
+			}
+		}
 		var tool perftest.Tool = -1
 		if pf.perfTool != "" {
 			if tool, err = parseTool(pf.perfTool); err != nil {
@@ -310,6 +328,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				}
 				live.Peer.QPN, live.PeerPSN = remote[0].QPN, int64(remote[0].PSN)
 				return play(live)
+			}
+		case *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient:
+			// The end that received the REQ: listen as it did.
+			staged = func() ([]*replay.Report, error) {
+				fmt.Fprintf(stderr, "uroce replay: listening on RDMA CM port %d for %v\n", *cmPort, peer)
+				return replayListening(ctx, c, me, live, link, tap, uint16(*cmPort), peerRec.PSN, *listenWait, opt)
 			}
 		case *cmPort > 0 && len(parts) > 1:
 			// The conversation's buffers are named in another one's
@@ -421,6 +445,34 @@ func disconnectCM(ctx context.Context, cmc *replay.CM, link stack.Link, tap func
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	replay.Drive(dctx, cmc, link, tap)
 	cancel()
+}
+
+// replayListening plays end me of c, the end that received the
+// recorded REQ, as an rdma_cm server: it accepts the live peer's
+// connection to port (its REP's starting PSN psn, the first of the
+// peer's requests), plays the conversation on the frames that follow,
+// and releases the connection.
+func replayListening(ctx context.Context, c *replay.Conversation, me int, live replay.Live, link stack.Link, tap func([]byte, bool),
+	port uint16, psn bth.PSN, wait time.Duration, opt replay.Options) ([]*replay.Report, error) {
+	l := replay.ListenCM(live, port, psn, wait)
+	var s *replay.Session
+	p := replay.Then(l, func() (replay.Player, error) {
+		var err error
+		s, err = replay.NewSession(c, me, l.Live(), opt)
+		return s, err
+	})
+	err := replay.Drive(ctx, p, link, tap)
+	if err == nil {
+		err = p.Err()
+	}
+	if s == nil {
+		if err == nil {
+			err = errors.New("no connection")
+		}
+		return nil, fmt.Errorf("rdma cm on port %d: %w", port, err)
+	}
+	disconnectCM(ctx, l, link, tap)
+	return []*replay.Report{s.Report()}, err
 }
 
 // replayStaged plays several conversations of one capture at the peer

@@ -81,4 +81,11 @@ func TestReplayAdvertsList(t *testing.T) {
 			t.Errorf("%s: exit %d: %s", file, code, out)
 		}
 	}
+	// perftest -R's listening end (the server of two connections) is
+	// refused before any device is opened.
+	path := filepath.Join("..", "..", "..", "shared", "pcaps", "rxe-6.1", "write_bw_cm.pcap")
+	code, _, errOut := runArgs("replay", "-d", "nosuch0", "--rdma-cm", "18515", "--qpn", "0x12", "--side", "b", path, "192.0.2.1")
+	if code != 2 || !strings.Contains(errOut, "the listening end of several conversations (2") {
+		t.Errorf("the listening end of perftest -R: exit %d: %s", code, errOut)
+	}
 }

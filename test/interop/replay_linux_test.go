@@ -74,6 +74,26 @@ func TestReplayRxe(t *testing.T) {
 	// first, is what the WRITEs on the second name. perftest's report
 	// messages at the end hold the measured figures: payload tolerated.
 	steps = append(steps, replayStep("replay-rping", "rping -s -v -a "+guestAddr+" -C 3 -S 64", "rping.pcap", 0, agrees, "--rdma-cm", "7174"))
+	// The listening ends of the same two: the replay listens as the
+	// recorded server did, and the stock clients connect to it (the
+	// guest is the client). The rping server READs the live client's
+	// buffer and WRITEs it back, naming what the client advertised.
+	rpingServer := replayStep("replay-rping-listen", "rping -c -v -C 3 -S 64 -p 7174 -a", "rping.pcap", 0, agrees,
+		"--rdma-cm", "7174", "--side", "b")
+	rpingServer.guestClient = true
+	rpingServer.uroce = append(rpingServer.uroce, guestAddr)
+	rpingServer.check = func(t *testing.T, g, u string) {
+		agrees(t, u)
+		if n := strings.Count(g, "ping data: rdma-ping-"); n != 3 {
+			t.Errorf("the stock rping client printed %d pings, want 3:\n%s", n, g)
+		}
+	}
+	steps = append(steps, rpingServer)
+	cmaServer := replayStep("replay-ucmatose-listen", "ucmatose -C 2 -S 64 -s", "ucmatose.pcap", 0, agrees,
+		"--rdma-cm", "7471", "--side", "a", "--tolerate", "payload")
+	cmaServer.guestClient = true
+	cmaServer.uroce = append(cmaServer.uroce, guestAddr)
+	steps = append(steps, cmaServer)
 	steps = append(steps, replayStep("replay-write_bw_cm", "ib_write_bw -d rxe0 -R -n 5 -s 3000 -F", "write_bw_cm.pcap", 0,
 		func(t *testing.T, out string) {
 			if n := strings.Count(out, "the live peer agrees with the recording"); n != 2 {
