@@ -3,6 +3,8 @@ package conform
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uroce/uroce/bth"
@@ -181,4 +183,83 @@ func (f *Finish) Input(frame []byte, _ time.Time) bool {
 		f.out = append(f.out, f.r.answer(&h)...)
 	}
 	return true
+}
+
+// The region `uroce conform --serve` advertises to a live requester (it
+// plays at the frame level and has none: the requests only need to be
+// recognisable).
+const (
+	ServeRKey   = 0x4242
+	ServeVA     = 0x7f0000001000
+	ServeRegion = 64 << 10
+)
+
+// PeerProgram is a run of conform_peer (conform/peer/conform_peer.c),
+// the project's verbs program that makes a live peer's requests where
+// no stock client can: it posts every one of a scenario's peer lines at
+// once, on an RC QP (WRITE, READ, SEND) or a UD QP (SENDs, with the
+// Q_Key each names), to the QP of `uroce conform --serve-peer`, whose
+// QPN and PSN it learns through ibv_rc_pingpong's exchange.
+type PeerProgram struct {
+	UD  bool
+	Ops []string // write:LEN[@OFF], read:LEN[@OFF], send:LEN[:QKEY]
+}
+
+// PeerProgramQKey is the Q_Key of conform_peer's UD QP (its own).
+const PeerProgramQKey = 0x11111111
+
+// Command is conform_peer's command line on device dev, GID index gid,
+// naming the server's region rkey at va, without the server's address
+// (its last argument).
+func (p PeerProgram) Command(dev, gid string, rkey uint32, va uint64) string {
+	tr := "rc"
+	if p.UD {
+		tr = "ud"
+	}
+	return fmt.Sprintf("conform_peer -d %s -g %s -t %s -k %#x -a %#x %s", dev, gid, tr, rkey, va, strings.Join(p.Ops, " "))
+}
+
+// PeerProgram returns the conform_peer run that makes sc's peer
+// requests, or why none can.
+func (sc *Scenario) PeerProgram() (PeerProgram, error) {
+	var p PeerProgram
+	n := sc.Needs()
+	switch {
+	case n.GSI || n.Delivered:
+		return p, errors.New("needs the peer's QP1 or its receive completions, which conform_peer does not show")
+	case !n.Peer:
+		return p, errors.New("the peer is the responder in this scenario")
+	}
+	p.UD = n.UD
+	for _, st := range sc.Steps {
+		if st.Kind != PeerPost {
+			continue
+		}
+		if st.P.Len < 0 || st.P.VA < 0 {
+			return p, fmt.Errorf("line %d: the peer's request needs a length and an offset of 0 or more", st.Line)
+		}
+		var op string
+		switch k := st.P.Op.Info().Kind; {
+		case k == bth.KindWrite && !p.UD:
+			op = fmt.Sprintf("write:%d", st.P.Len)
+		case k == bth.KindReadRequest && !p.UD:
+			op = fmt.Sprintf("read:%d", st.P.Len)
+		case k == bth.KindSend:
+			op = fmt.Sprintf("send:%d", st.P.Len)
+		default:
+			return p, fmt.Errorf("line %d: a UD QP posts SENDs only", st.Line)
+		}
+		switch {
+		case st.P.VA > 0 && st.P.Op.Info().Kind != bth.KindSend:
+			op += fmt.Sprintf("@%d", st.P.VA)
+		case st.P.QKey != "" && p.UD:
+			q, err := strconv.ParseUint(st.P.QKey, 0, 32)
+			if err != nil {
+				return p, fmt.Errorf("line %d: Q_Key %q: conform_peer posts numeric ones", st.Line, st.P.QKey)
+			}
+			op += fmt.Sprintf(":%#x", q)
+		}
+		p.Ops = append(p.Ops, op)
+	}
+	return p, nil
 }

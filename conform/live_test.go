@@ -216,3 +216,46 @@ func TestFinish(t *testing.T) {
 	}
 	check("a frame to another QP")
 }
+
+// TestPeerProgram: the scenarios no stock client makes get conform_peer's
+// command line (every peer request, in order, with its offset or Q_Key);
+// those it cannot make say why.
+func TestPeerProgram(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"requester-implied-ack": "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 write:64 read:64@64",
+		"ud-qkey-high-bit":      "conform_peer -d rxe0 -g 1 -t ud -k 0x4242 -a 0x7f0000001000 send:64:0x80000000 send:64:0x2222",
+		"requester-implied-nak": "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 read:2048",
+		"write-ack":             "error: the peer is the responder in this scenario",
+		"gsi-qkey":              "error: needs the peer's QP1 or its receive completions",
+		"ud-qkey-match":         "error: needs the peer's QP1 or its receive completions",
+	}
+	for _, sc := range all {
+		w, ok := want[sc.Name]
+		if !ok {
+			continue
+		}
+		p, err := sc.PeerProgram()
+		got := p.Command("rxe0", "1", ServeRKey, ServeVA)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if !strings.HasPrefix(got, w) || err == nil && got != w {
+			t.Errorf("%s: %q, want %q", sc.Name, got, w)
+		}
+		delete(want, sc.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("not in the catalogue: %v", want)
+	}
+	bad, err := Parse(strings.NewReader("scenario x\nrule r\nibta 1\npeer send len=64 qkey=own\nexpect ud_send_only qkey=own len=64\n"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad[0].PeerProgram(); err == nil || !strings.Contains(err.Error(), "numeric") {
+		t.Errorf("a named Q_Key: %v", err)
+	}
+}

@@ -58,6 +58,13 @@ The peer:
                     the responder as the scenario says and answers the
                     client's further messages; --perftest TOOL, when
                     given, keeps the scenarios TOOL's client makes
+  -d IFACE [PEER] --serve-peer
+                    the same with conform_peer (conform/peer, a verbs
+                    program built with gcc -libverbs) as the client: it
+                    posts all of a scenario's peer requests at once, so
+                    it makes those no stock client makes (a WRITE and a
+                    READ on one QP, UD sends with a chosen Q_Key); the
+                    exchange is ibv_rc_pingpong's, on --port
 
 flags:
   -k REGEX          only the scenarios whose names match
@@ -82,6 +89,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	jsonOut := fs.Bool("json", false, "")
 	dir := fs.String("w", "", "")
 	serve := fs.Bool("serve", false, "")
+	servePeer := fs.Bool("serve-peer", false, "")
 	var pf peerFlags
 	pf.register(fs)
 	fs.StringVar(&pf.pingpong, "pingpong", "", "")
@@ -99,6 +107,18 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	var peerIP netip.Addr
 	var tool perftest.Tool = -1
+	if *servePeer && *serve {
+		return bad("--serve and --serve-peer: give one, who makes the peer's requests")
+	}
+	if *servePeer && pf.perfTool != "" {
+		return bad("--serve-peer and --perftest: conform_peer speaks ibv_rc_pingpong's exchange, not perftest's")
+	}
+	if *servePeer {
+		*serve = true
+		if pf.dev == "" {
+			return bad("--serve-peer needs -d IFACE")
+		}
+	}
 	if *serve && pf.dev == "" {
 		return bad("--serve needs -d IFACE")
 	}
@@ -178,7 +198,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return conform.RunSelf(ctx, s, *timeout, tap)
 	}
 	if *serve {
-		sv := &server{ctx: ctx, pf: pf, peerIP: peerIP, tool: tool, timeout: *timeout, stderr: stderr}
+		sv := &server{ctx: ctx, pf: pf, peerIP: peerIP, tool: tool, timeout: *timeout, stderr: stderr, peerProgram: *servePeer}
 		defer sv.Close()
 		run = sv.run
 	} else if pf.dev != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/uroce/uroce/conform"
 	"github.com/uroce/uroce/internal/oob"
 	"github.com/uroce/uroce/internal/oob/perftest"
+	"github.com/uroce/uroce/internal/oob/pingpong"
 	"github.com/uroce/uroce/replay"
 )
 
@@ -28,20 +29,14 @@ type server struct {
 	stderr  io.Writer
 	rp      *rawPeer // opened at the first client's connection
 	n       int      // scenarios served
+	// peerProgram serves conform_peer (conform.PeerProgram) instead of
+	// the stock perftest clients.
+	peerProgram bool
 }
 
 // exchangeGrace is how long the stock client may take to end its run and
 // its exchange once the scenario is over.
 const exchangeGrace = 30 * time.Second
-
-// The region this end advertises to the client (it plays at the frame
-// level and has none: the client's requests only need to be
-// recognisable).
-const (
-	serveRKey   = 0x4242
-	serveVA     = 0x7f0000001000
-	serveRegion = 64 << 10
-)
 
 func (sv *server) Close() error {
 	if sv.rp != nil {
@@ -50,8 +45,86 @@ func (sv *server) Close() error {
 	return nil
 }
 
+// accept waits on --port for a client from the peer (the first one's
+// address, or --peer's, opens the raw link); others are refused.
+func (sv *server) accept(name string) (net.Conn, error) {
+	for {
+		nc, err := oob.Listen(sv.ctx, fmt.Sprintf(":%d", sv.pf.port))
+		if err != nil {
+			return nil, err
+		}
+		ap, err := netip.ParseAddrPort(nc.RemoteAddr().String())
+		from := ap.Addr().Unmap()
+		if err == nil && (!sv.peerIP.IsValid() || from == sv.peerIP) {
+			if sv.rp == nil {
+				if sv.rp, err = openRawPeer(sv.ctx, sv.pf.dev, sv.pf.xdpMode, from); err != nil {
+					nc.Close()
+					return nil, err
+				}
+			}
+			if from == sv.rp.peer.IP {
+				return nc, nil
+			}
+		}
+		fmt.Fprintf(sv.stderr, "uroce conform: %s: a client from %v refused\n", name, from)
+		nc.Close()
+	}
+}
+
+// runPeerProgram serves scenario s to conform_peer: ibv_rc_pingpong's
+// exchange (the program is its client), then the scenario, and a plain
+// responder until the program closes the connection, when its
+// operations have completed.
+func (sv *server) runPeerProgram(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
+	res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}
+	prog, err := s.PeerProgram()
+	if err != nil {
+		res.Skipped = err.Error()
+		return res, nil
+	}
+	fmt.Fprintf(sv.stderr, "uroce conform: %s: waiting on port %d for the peer's `%s ADDRESS`\n", s.Name, sv.pf.port,
+		prog.Command("DEV", "GID-INDEX", conform.ServeRKey, conform.ServeVA))
+	nc, err := sv.accept(s.Name)
+	if err != nil {
+		return res, err
+	}
+	defer nc.Close()
+	sv.n++
+	const psn = 0x10
+	local := sv.rp.local
+	local.QPN = uint32(0x100 + sv.n) // a QPN of its own: late packets of an earlier scenario are not its
+	remote, err := pingpong.Server(sv.ctx, nc, []pingpong.Dest{{QPN: local.QPN, PSN: psn, GID: local.IP.As16()}}, 1, nil)
+	if err != nil {
+		return res, fmt.Errorf("%s: the exchange with conform_peer: %w", s.Name, err)
+	}
+	peer := sv.rp.peer
+	peer.QPN = remote[0].QPN
+	env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
+		Timeout: sv.timeout, PeerPSN: bth.PSN(remote[0].PSN & bth.PSNMask), MTU: 1024, Tail: true,
+		QKey: conform.PeerProgramQKey,
+		// conform_peer posts every request at once, after the exchange.
+		PeerPost: func(*conform.Pkt) error { return nil }}
+	run := conform.NewRun(s, env)
+	if err := replay.Drive(sv.ctx, run, sv.rp.raw.Link, tap); err != nil {
+		return run.Result(), err
+	}
+	res = run.Result()
+	// Answer the program until it has its completions and leaves.
+	fctx, cancel := context.WithTimeout(sv.ctx, exchangeGrace)
+	defer cancel()
+	go func() {
+		io.Copy(io.Discard, nc)
+		cancel()
+	}()
+	replay.Drive(fctx, conform.NewFinish(env), sv.rp.raw.Link, tap)
+	return res, nil
+}
+
 // run serves scenario s to one client.
 func (sv *server) run(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
+	if sv.peerProgram {
+		return sv.runPeerProgram(s, tap)
+	}
 	res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}
 	client, err := s.StockClient()
 	if err != nil {
@@ -68,26 +141,9 @@ func (sv *server) run(s *conform.Scenario, tap func([]byte, bool)) (conform.Resu
 	}
 	fmt.Fprintf(sv.stderr, "uroce conform: %s: waiting on port %d for the peer's `%s ADDRESS`\n", s.Name, sv.pf.port,
 		client.Command("DEV", "GID-INDEX"))
-	var nc net.Conn
-	for {
-		if nc, err = oob.Listen(sv.ctx, fmt.Sprintf(":%d", sv.pf.port)); err != nil {
-			return res, err
-		}
-		ap, err := netip.ParseAddrPort(nc.RemoteAddr().String())
-		from := ap.Addr().Unmap()
-		if err == nil && (!sv.peerIP.IsValid() || from == sv.peerIP) {
-			if sv.rp == nil {
-				if sv.rp, err = openRawPeer(sv.ctx, sv.pf.dev, sv.pf.xdpMode, from); err != nil {
-					nc.Close()
-					return res, err
-				}
-			}
-			if from == sv.rp.peer.IP {
-				break
-			}
-		}
-		fmt.Fprintf(sv.stderr, "uroce conform: %s: a client from %v refused\n", s.Name, from)
-		nc.Close()
+	nc, err := sv.accept(s.Name)
+	if err != nil {
+		return res, err
 	}
 	defer nc.Close()
 	sv.n++
@@ -101,12 +157,12 @@ func (sv *server) run(s *conform.Scenario, tap func([]byte, bool)) (conform.Resu
 	_, xerr := perftest.Run(sv.ctx, nc, perftest.Config{Tool: tool, Role: perftest.Server}, perftest.Params{MTU: mtu}, perftest.Hooks{
 		Agreed: func(a perftest.Agreed) (int, error) { mtu = a.MTU; return 0, nil },
 		Local: func(perftest.Agreed) ([]perftest.Dest, error) {
-			return []perftest.Dest{{QPN: local.QPN, PSN: psn, GID: local.IP.As16(), RKey: serveRKey, VAddr: serveVA, OutReads: 16}}, nil
+			return []perftest.Dest{{QPN: local.QPN, PSN: psn, GID: local.IP.As16(), RKey: conform.ServeRKey, VAddr: conform.ServeVA, OutReads: 16}}, nil
 		},
 		Connect: func(r []perftest.Dest) error {
 			peer := sv.rp.peer
 			peer.QPN = r[0].QPN
-			env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: serveRKey, VA: serveVA, Region: serveRegion,
+			env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
 				Timeout: sv.timeout, PeerPSN: bth.PSN(r[0].PSN & bth.PSNMask), MTU: mtu.Bytes(), Tail: true,
 				// The stock client posts its requests itself once its run starts.
 				PeerPost: func(*conform.Pkt) error { return nil }}

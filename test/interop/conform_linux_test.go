@@ -1,7 +1,11 @@
 package interop
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/uroce/uroce/conform"
@@ -37,10 +41,13 @@ func conformRxe(t *testing.T, kernel string) {
 		t.Fatal(err)
 	}
 	var steps []step
+	peerBin := buildConformPeer(t)
 	for _, sc := range all {
 		n := sc.Needs()
 		if n.Peer {
 			if st, ok := conformRequester(t, sc, want); ok {
+				steps = append(steps, st)
+			} else if st, ok := conformPeerProgram(t, sc, want, peerBin != nil); ok {
 				steps = append(steps, st)
 			}
 			continue
@@ -86,7 +93,62 @@ func conformRxe(t *testing.T, kernel string) {
 			}})
 	}
 	g := group{mtu: 1500, pcap: "conform-" + kernel + ".pcap", stepTimeout: 60e9, steps: steps, kernel: kernel}
+	if peerBin != nil {
+		g.prelude = guestFile("/tmp/conform_peer", peerBin)
+	}
 	g.run(t)
+}
+
+// buildConformPeer builds conform_peer (conform/peer) with gcc against
+// the system's libibverbs, for the guest; nil (the scenarios it makes are
+// left out, and said so) without gcc or the headers.
+func buildConformPeer(t *testing.T) []byte {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "conform_peer")
+	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, "../../conform/peer/conform_peer.c", "-libverbs").CombinedOutput()
+	if err != nil {
+		t.Logf("conform_peer not built, its scenarios left out: %v\n%s", err, out)
+		return nil
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// conformPeerProgram is the step of a scenario where rxe is the
+// requester of requests no stock client makes: conform_peer, run on the
+// guest on rxe0, posts them against `uroce conform --serve-peer`. It
+// reports false for a scenario conform_peer cannot make either.
+func conformPeerProgram(t *testing.T, sc *conform.Scenario, want map[string]conform.Expected, built bool) (step, bool) {
+	p, err := sc.PeerProgram()
+	if err != nil || !built {
+		t.Logf("%s: skipped: conform_peer: %v", sc.Name, err)
+		return step{}, false
+	}
+	w, ok := want[sc.Name]
+	if !ok {
+		t.Fatalf("no rxe result for %s in the results table", sc.Name)
+	}
+	exit, res := 0, "PASS"
+	if !w.Pass {
+		exit, res = 1, "FAIL"
+	}
+	name := sc.Name
+	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
+	return step{name: "conform-" + name, guest: "/tmp/" + p.Command("rxe0", "1", conform.ServeRKey, conform.ServeVA), guestClient: true,
+		uroceExit: exit, uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--serve-peer", "--timeout", "2s"},
+		check: func(t *testing.T, g, u string) {
+			if !line.MatchString(u) {
+				t.Errorf("%s: want %s:\n%s", name, res, u)
+			}
+			// conform_peer's operations all completed, as the
+			// scenario's answers should have them.
+			if w.Pass && (!strings.Contains(g, "completion ") || strings.Contains(g, "did not complete")) {
+				t.Errorf("%s: conform_peer's completions:\n%s", name, g)
+			}
+		}}, true
 }
 
 // conformRequester is the step of a scenario where rxe is the

@@ -133,6 +133,9 @@ type group struct {
 	// stock (with daemon) runs the steps' uroce commands, stock verbs
 	// programs, on uroce's libibverbs through `uroce run`.
 	stock bool
+	// prelude, when set, runs in the guest before the steps (it writes
+	// the programs they need: guestFile).
+	prelude string
 }
 
 // result is what one step printed and how it ended.
@@ -157,6 +160,7 @@ func (g *group) script() string {
 	var b strings.Builder
 	b.WriteString(rxe.TryFunc(300, "0.1", `*"t connect to"*`, `*"RDMA_CM_EVENT_REJECTED, error 8"*`,
 		`*"RDMA_CM_EVENT_REJECTED, error: 8"*`, `*"RDMA_CM_EVENT_UNREACHABLE, error: 1"*`, `*"Unexpected CM event bl blka 8"*`))
+	b.WriteString(g.prelude)
 	for _, s := range g.steps {
 		to := int(g.timeout().Seconds())
 		if s.guestTimeout > 0 {

@@ -77,18 +77,27 @@ func vtBuilds(t *testing.T) vtBuild {
 // it once per section (name: arguments), each between markers.
 func vtScript(bin []byte, sections ...[2]string) string {
 	var b strings.Builder
-	b.WriteString("base64 -d >/tmp/verbs_test <<'EOF'\n")
-	enc := base64.StdEncoding.EncodeToString(bin)
-	for len(enc) > 76 {
-		b.WriteString(enc[:76] + "\n")
-		enc = enc[76:]
-	}
-	b.WriteString(enc + "\nEOF\nchmod +x /tmp/verbs_test\n")
+	b.WriteString(guestFile("/tmp/verbs_test", bin))
 	for _, s := range sections {
 		fmt.Fprintf(&b, "echo '%s%s'\n", beginMark, s[0])
 		fmt.Fprintf(&b, "timeout 300 /tmp/verbs_test -d rxe0 %s 2>&1\n", s[1])
 		fmt.Fprintf(&b, "echo \"%s%s $?\"\n", endMark, s[0])
 	}
+	return b.String()
+}
+
+// guestFile is the lines of a guest's script that write an executable
+// file at path from the script itself (the guest gets nothing else from
+// the host).
+func guestFile(path string, bin []byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "base64 -d >%s <<'EOF'\n", path)
+	enc := base64.StdEncoding.EncodeToString(bin)
+	for len(enc) > 76 {
+		b.WriteString(enc[:76] + "\n")
+		enc = enc[76:]
+	}
+	fmt.Fprintf(&b, "%s\nEOF\nchmod +x %s\n", enc, path)
 	return b.String()
 }
 
