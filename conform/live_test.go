@@ -259,3 +259,56 @@ func TestPeerProgram(t *testing.T) {
 		t.Errorf("a named Q_Key: %v", err)
 	}
 }
+
+// TestPostsAhead: a peer that posted all of a scenario's requests at
+// once (conform_peer) can deliver the second before the run has passed
+// the peer step that posts it (both in one receive batch): with
+// PostsAhead the run takes it as that request's; without, it is a
+// frame before its post, and the scenario fails.
+func TestPostsAhead(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc *Scenario
+	for _, s := range all {
+		if s.Name == "ud-qkey-high-bit" {
+			sc = s
+		}
+	}
+	if sc == nil {
+		t.Fatal("no ud-qkey-high-bit")
+	}
+	const own = PeerProgramQKey
+	send := func(env Env, psn bth.PSN, qkey uint32) []byte {
+		h := bth.Headers{L2L3: bth.L2L3{SrcMAC: env.Peer.MAC, DstMAC: env.Local.MAC, SrcIP: env.Peer.IP, DstIP: env.Local.IP, SrcPort: 49152},
+			BTH:  bth.BTHFields{Opcode: bth.OpUDSendOnly, PKey: 0xffff, DestQP: env.Local.QPN, PSN: env.PeerPSN.Add(int(psn))},
+			QKey: qkey, SrcQP: env.Peer.QPN}
+		buf := make([]byte, 2048)
+		n, err := bth.Encode(buf, &h, make([]byte, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	for _, ahead := range []bool{true, false} {
+		env := Env{Local: selfLocal, Peer: selfPeer, PeerPSN: 0x20, QKey: own, Timeout: time.Second,
+			PeerPost: func(*Pkt) error { return nil }, PostsAhead: ahead}
+		env.Local.QPN, env.Peer.QPN = 0x101, 0x12
+		r := NewRun(sc, env)
+		now := time.Unix(0, 0)
+		r.Poll(now) // the first post, then waiting for its send
+		r.Input(send(env, 0, own), now)
+		r.Input(send(env, 1, 0x2222), now) // the same batch: no Poll between
+		for i := 0; !r.Done() && i < 10; i++ {
+			r.Poll(now)
+		}
+		res := r.Result()
+		if ahead && !res.Pass {
+			t.Errorf("posts ahead: %s", res.Reason)
+		}
+		if !ahead && (res.Pass || !strings.Contains(res.Reason, "before line")) {
+			t.Errorf("without PostsAhead: %+v", res)
+		}
+	}
+}

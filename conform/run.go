@@ -42,6 +42,11 @@ type Env struct {
 	Tail bool
 	// MTU is the path MTU of the peer's requests (default 1024).
 	MTU int
+	// PostsAhead says the peer has posted all of the scenario's
+	// requests at once, by itself (conform_peer): a frame that comes
+	// while the run is at a peer step is taken as that request's, and
+	// the steps go on, where otherwise it would come before its post.
+	PostsAhead bool
 }
 
 // defaults fills in what env leaves out.
@@ -339,6 +344,14 @@ func (r *Run) Input(frame []byte, now time.Time) bool {
 		// Answers can come in one batch (a READ's responses): the next
 		// step takes this one.
 		r.next()
+		if r.step >= len(r.sc.Steps) {
+			r.fail(st, "after the last step: %s", got())
+			return true
+		}
+		st = &r.sc.Steps[r.step]
+	}
+	for st.Kind == PeerPost && r.env.PostsAhead {
+		r.next() // posted already, with the others
 		if r.step >= len(r.sc.Steps) {
 			r.fail(st, "after the last step: %s", got())
 			return true

@@ -101,7 +101,7 @@ func (sv *server) runPeerProgram(s *conform.Scenario, tap func([]byte, bool)) (c
 	peer.QPN = remote[0].QPN
 	env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
 		Timeout: sv.timeout, PeerPSN: bth.PSN(remote[0].PSN & bth.PSNMask), MTU: 1024, Tail: true,
-		QKey: conform.PeerProgramQKey,
+		QKey: conform.PeerProgramQKey, PostsAhead: true,
 		// conform_peer posts every request at once, after the exchange.
 		PeerPost: func(*conform.Pkt) error { return nil }}
 	run := conform.NewRun(s, env)

@@ -1,0 +1,83 @@
+package daemon_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uroce/uroce/conform"
+)
+
+// TestConformPeerUroce runs the scenarios only conform_peer can make (a
+// WRITE and a READ outstanding on one QP; UD sends with a controlled and
+// a plain Q_Key) with uroce as the requester: conform_peer, built with
+// gcc against the system's libibverbs, runs unmodified through uroce's
+// libibverbs and a daemon on one end of a veth pair, as user nobody;
+// `uroce conform --serve-peer` plays the responder on the other end.
+// uroce passes both, as its results table says, and conform_peer's
+// operations all complete.
+func TestConformPeerUroce(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("skipping: building conform_peer needs gcc")
+	}
+	dir, err := os.MkdirTemp("", "uroce-conform-peer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "conform_peer")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, "../../conform/peer/conform_peer.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("building conform_peer: %v\n%s", err, out)
+	}
+	all, err := conform.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNetDaemons(t, 1500, false)
+	n.Start(1)
+	for _, name := range []string{"requester-implied-ack", "ud-qkey-high-bit"} {
+		t.Run(name, func(t *testing.T) {
+			var p conform.PeerProgram
+			for _, sc := range all {
+				if sc.Name == name {
+					if p, err = sc.PeerProgram(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			srv := n.launchRoot(0, "conform", "-d", n.Dev[0], "--xdp-mode", "generic", "--serve-peer",
+				"-k", "^"+regexp.QuoteMeta(name)+"$", "--timeout", "2s", n.IP[1].String())
+			args := strings.Fields(p.Command("uroce0", "1", conform.ServeRKey, conform.ServeVA))
+			args[0] = bin
+			var cli *run
+			for tries := 0; ; tries++ {
+				time.Sleep(200 * time.Millisecond)
+				cli = n.stockTool(1, append(args, n.IP[0].String())...)
+				err := cli.wait(t, time.Minute)
+				if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
+					if err != nil {
+						t.Errorf("conform_peer: %v\n%s", err, cli.out.String())
+					}
+					break
+				}
+			}
+			if err := srv.wait(t, time.Minute); err != nil {
+				t.Errorf("uroce conform: %v\n%s", err, srv.out.String())
+			}
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +PASS `).MatchString(srv.out.String()) {
+				t.Errorf("want PASS:\n%s", srv.out.String())
+			}
+			if c := strings.Count(cli.out.String(), ": success\n"); c != len(p.Ops) {
+				t.Errorf("%d of conform_peer's %d operations succeeded:\n%s", c, len(p.Ops), cli.out.String())
+			}
+		})
+	}
+}
