@@ -263,3 +263,47 @@ func (sc *Scenario) PeerProgram() (PeerProgram, error) {
 	}
 	return p, nil
 }
+
+// PeerServer is a run of conform_peer as the responder (-S): an RC QP
+// whose region grants remote WRITEs, READs and atomics at once, with the
+// receives a scenario needs posted, or a UD QP (Q_Key PeerProgramQKey);
+// it shows its receive completions. `uroce conform --conform-peer`
+// connects to it.
+type PeerServer struct {
+	UD       bool
+	Receives int
+}
+
+// Command is conform_peer's command line as the responder on device dev,
+// GID index gid.
+func (p PeerServer) Command(dev, gid string) string {
+	s := fmt.Sprintf("conform_peer -S -d %s -g %s", dev, gid)
+	if p.UD {
+		s += " -t ud"
+	}
+	return s + fmt.Sprintf(" -r %d", p.Receives)
+}
+
+// PeerServer returns the conform_peer responder that hosts sc, or why
+// none can.
+func (sc *Scenario) PeerServer() (PeerServer, error) {
+	var p PeerServer
+	n := sc.Needs()
+	switch {
+	case n.Peer:
+		return p, errors.New("the peer is the requester: run it with --serve-peer")
+	case n.GSI:
+		return p, errors.New("talks to the peer's QP1, its connection manager: run it with --perftest")
+	case n.Flush:
+		return p, errors.New("needs the flush rights, which the verbs headers conform_peer is built with may lack")
+	}
+	p.UD = n.UD
+	switch {
+	case sc.Receives < 0:
+	case sc.Receives == 0:
+		p.Receives = 16
+	default:
+		p.Receives = sc.Receives
+	}
+	return p, nil
+}

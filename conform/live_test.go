@@ -312,3 +312,40 @@ func TestPostsAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerServer: conform_peer -S hosts every responder scenario but
+// FLUSH's and QP1's, with the receives each needs (16 when any number
+// will do, none for "receives none").
+func TestPeerServer(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"ack-credits":           "conform_peer -S -d rxe0 -g 1 -r 4",
+		"rnr":                   "conform_peer -S -d rxe0 -g 1 -r 0",
+		"duplicate-write":       "conform_peer -S -d rxe0 -g 1 -r 16",
+		"ud-wrong-qkey":         "conform_peer -S -d rxe0 -g 1 -t ud -r 16",
+		"flush-answered":        "error: needs the flush rights",
+		"gsi-qkey":              "error: talks to the peer's QP1",
+		"requester-implied-ack": "error: the peer is the requester",
+	}
+	for _, sc := range all {
+		w, ok := want[sc.Name]
+		if !ok {
+			continue
+		}
+		p, err := sc.PeerServer()
+		got := p.Command("rxe0", "1")
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if !strings.HasPrefix(got, w) || err == nil && got != w {
+			t.Errorf("%s: %q, want %q", sc.Name, got, w)
+		}
+		delete(want, sc.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("not in the catalogue: %v", want)
+	}
+}

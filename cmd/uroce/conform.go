@@ -47,6 +47,14 @@ The peer:
                     (ibv_ud_pingpong -s 64 -n 1, run again for each
                     scenario): the UD scenarios, where the server's
                     answer to a datagram shows that it was received
+    --conform-peer  conform_peer -S (conform/peer, a verbs program of
+                    uroce's built with gcc -libverbs), run again for each
+                    scenario with the command line printed on stderr
+                    (its -r is the scenario's receives): its region
+                    grants remote WRITEs, READs and atomics at once, its
+                    receives are posted and their completions shown, so
+                    it hosts every responder scenario but FLUSH's and
+                    QP1's; the exchange is ibv_rc_pingpong's
     --port N        its TCP port (18515)
     --xdp-mode M    auto, native or generic
   -d IFACE [PEER] --serve
@@ -90,6 +98,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	dir := fs.String("w", "", "")
 	serve := fs.Bool("serve", false, "")
 	servePeer := fs.Bool("serve-peer", false, "")
+	peerServer := fs.Bool("conform-peer", false, "")
 	var pf peerFlags
 	pf.register(fs)
 	fs.StringVar(&pf.pingpong, "pingpong", "", "")
@@ -141,13 +150,19 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return bad("peer %q: not an IP address", files[len(files)-1])
 		}
 		files = files[:len(files)-1]
+		ways := 0
+		for _, b := range []bool{pf.pingpong != "", pf.perfTool != "", *peerServer} {
+			if b {
+				ways++
+			}
+		}
 		switch {
 		case pf.pingpong != "" && pf.pingpong != "ud":
 			return bad("--pingpong %q: want ud (the stock ibv_ud_pingpong server)", pf.pingpong)
-		case pf.pingpong != "" && pf.perfTool != "":
-			return bad("--perftest and --pingpong: give one, how the peer's QP is set up")
-		case pf.pingpong == "" && pf.perfTool == "":
-			return bad("-d needs --perftest TOOL or --pingpong ud: how the peer's QP is set up")
+		case ways > 1:
+			return bad("--perftest, --pingpong and --conform-peer: give one, how the peer's QP is set up")
+		case ways == 0:
+			return bad("-d needs --perftest TOOL, --pingpong ud or --conform-peer: how the peer's QP is set up")
 		case pf.perfTool != "":
 			if tool, err = parseTool(pf.perfTool); err != nil {
 				return bad("%v", err)
@@ -214,6 +229,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if pf.pingpong != "" {
 				n++
 				return runUDPingpong(ctx, rp, addr, s, n, *timeout, tap)
+			}
+			if *peerServer {
+				n++
+				return runConformPeer(ctx, rp, addr, s, n, *timeout, tap, stderr)
 			}
 			res := conform.Result{Name: s.Name, Rule: s.Rule, IBTA: s.IBTA}
 			if why := perftestSkips(s, tool); why != "" {

@@ -53,3 +53,28 @@ func TestConformServe(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestParsePeerRegion: conform_peer's region message, and what is
+// refused.
+func TestParsePeerRegion(t *testing.T) {
+	msg := func(s string) []byte {
+		b := make([]byte, peerRegionSize)
+		copy(b, s)
+		return b
+	}
+	k, v, l, err := parsePeerRegion(msg("00001a2b:00007f0012345000:00010000"))
+	if err != nil || k != 0x1a2b || v != 0x7f0012345000 || l != 0x10000 {
+		t.Errorf("got %#x %#x %d %v", k, v, l, err)
+	}
+	for _, bad := range [][]byte{
+		msg("1a2b:00007f0012345000:00010000"),
+		msg("00001a2b:00007f0012345000:00000000"),
+		msg("00001a2b:00007f001234500g:00010000"),
+		msg("00001a2b-00007f0012345000-00010000"),
+		[]byte("00001a2b:00007f0012345000:00010000"), // no NUL: 34 bytes
+	} {
+		if _, _, _, err := parsePeerRegion(bad); err == nil {
+			t.Errorf("%q taken", bad)
+		}
+	}
+}

@@ -1,15 +1,15 @@
 /*
- * conform_peer: the requester of uroce conform's scenarios where the peer
- * posts several requests no stock program posts together (a WRITE and a
- * READ on one QP) or with fields no stock program sets (a UD send whose
- * Q_Key has the high bit set). It is an ordinary verbs program: it runs
- * on any RDMA device (an RNIC, rdma_rxe) and makes the device's own
- * transport answer to `uroce conform --serve-peer`.
+ * conform_peer: the live end of uroce conform's scenarios where no stock
+ * program can be it. It is an ordinary verbs program: it runs on any RDMA
+ * device (an RNIC, rdma_rxe) and makes the device's own transport answer.
  *
- * It connects to the conform server with ibv_rc_pingpong's exchange
- * (TCP, the client writes "LID:QPN:PSN:GID" first, reads the server's
- * and writes "done" once its QP is ready), connects its QP, posts every operation given, all at once
- * and signaled, and waits for their completions:
+ * As the requester (uroce conform --serve-peer is the server) it posts
+ * what no stock program posts: several requests at once on one QP (a
+ * WRITE and a READ), or UD sends with a Q_Key of its choosing. It
+ * connects with ibv_rc_pingpong's exchange (TCP: the client writes
+ * "LID:QPN:PSN:GID" first, reads the server's and writes "done" once its
+ * QP is ready), posts every operation given, all at once and signaled,
+ * and waits for their completions:
  *
  *   write:LEN[@OFF]    RDMA WRITE of LEN bytes to the server's region
  *                      (-k, -a) at OFF
@@ -20,14 +20,28 @@
  * It prints one line per completion and exits 0 when every one
  * succeeded, 1 otherwise, 2 on bad usage.
  *
+ * As the responder (-S; uroce conform --conform-peer is the client) it
+ * grants what no stock server grants at once: a region of 64 KiB open to
+ * remote WRITEs, READs and atomics, and -r receives posted (their
+ * buffers apart from the region). It serves ibv_rc_pingpong's exchange,
+ * then sends its region as one more message, "RKEY:VA:LENGTH" (8, 16
+ * and 8 hex digits, NUL-terminated, 35 bytes), and while the client
+ * stays connected writes one byte, 'r', per receive completed, so the
+ * client sees its deliveries; it ends when the client closes the
+ * connection, or after -s seconds.
+ *
  * Usage: conform_peer [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-k RKEY]
  *        [-a VA] [-s SECONDS] OP... SERVER
+ *        conform_peer -S [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud]
+ *        [-r RECEIVES] [-s SECONDS]
  *
  * Build: gcc -O2 -Wall -o conform_peer conform/peer/conform_peer.c -libverbs
  */
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +52,11 @@
 #include <infiniband/verbs.h>
 
 #define REGION (64 * 1024)
+#define RECV_SLOT 4096 /* a receive's buffer: a GRH and a path MTU's payload */
 #define MAX_OPS 16
+#define MAX_RECVS 64
 #define MSG_SIZE 52 /* "0000:000000:000000:" and 32 hex digits, NUL */
+#define REGION_MSG_SIZE 35
 #define OWN_QKEY 0x11111111u
 
 struct op {
@@ -53,6 +70,7 @@ struct op {
 static void usage(void)
 {
 	fprintf(stderr, "usage: conform_peer [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-k RKEY] [-a VA] [-s SECONDS] OP... SERVER\n"
+			"       conform_peer -S [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-r RECEIVES] [-s SECONDS]\n"
 			"  OP: write:LEN[@OFF]  read:LEN[@OFF]  send:LEN[:QKEY]\n");
 	exit(2);
 }
@@ -114,6 +132,37 @@ static int connect_to(const char *host, int port)
 	return fd;
 }
 
+/* accept_one listens on port and returns the first connection. */
+static int accept_one(int port)
+{
+	struct addrinfo hints = { .ai_family = AF_INET6, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *res;
+	char service[8];
+	int one = 1, lfd, fd;
+
+	snprintf(service, sizeof(service), "%d", port);
+	if (getaddrinfo(NULL, service, &hints, &res)) {
+		hints.ai_family = AF_INET;
+		if (getaddrinfo(NULL, service, &hints, &res))
+			return -1;
+	}
+	lfd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+	if (lfd < 0) {
+		freeaddrinfo(res);
+		return -1;
+	}
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(lfd, res->ai_addr, res->ai_addrlen) || listen(lfd, 1)) {
+		fprintf(stderr, "conform_peer: listen on port %d: %s\n", port, strerror(errno));
+		freeaddrinfo(res);
+		close(lfd);
+		return -1;
+	}
+	freeaddrinfo(res);
+	fd = accept(lfd, NULL, NULL);
+	close(lfd);
+	return fd;
+}
+
 static int full(int fd, const char *buf, size_t n, int writing)
 {
 	size_t done = 0;
@@ -135,10 +184,78 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* dest_msg writes this end's pingpong message. */
+static void dest_msg(char *msg, uint32_t qpn, uint32_t psn, const union ibv_gid *gid)
+{
+	int i = snprintf(msg, MSG_SIZE, "%04x:%06x:%06x:", 0, qpn, psn);
+
+	for (int c = 0; c < 16; c++)
+		i += snprintf(msg + i, MSG_SIZE - i, "%02x", gid->raw[c]);
+}
+
+/* parse_dest reads the other end's pingpong message. */
+static int parse_dest(char *msg, uint32_t *qpn, uint32_t *psn, union ibv_gid *gid)
+{
+	unsigned int lid, b;
+
+	msg[MSG_SIZE - 1] = 0;
+	if (sscanf(msg, "%x:%x:%x:", &lid, qpn, psn) != 3 || strlen(msg) != MSG_SIZE - 1) {
+		fprintf(stderr, "conform_peer: the message %.51s: not LID:QPN:PSN:GID\n", msg);
+		return -1;
+	}
+	for (int c = 0; c < 16; c++) {
+		if (sscanf(msg + 19 + 2 * c, "%2x", &b) != 1) {
+			fprintf(stderr, "conform_peer: the GID in %.51s\n", msg);
+			return -1;
+		}
+		gid->raw[c] = b;
+	}
+	return 0;
+}
+
+/* ready moves qp to RTR and RTS towards the other end. */
+static int ready(struct ibv_qp *qp, int ud, int gid_index, uint32_t psn, uint32_t rqpn, uint32_t rpsn,
+		 struct ibv_ah_attr *ah_attr)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
+	int mask = IBV_QP_STATE;
+
+	if (!ud) {
+		attr.path_mtu = IBV_MTU_1024;
+		attr.dest_qp_num = rqpn;
+		attr.rq_psn = rpsn;
+		attr.max_dest_rd_atomic = MAX_OPS;
+		attr.min_rnr_timer = 12;
+		attr.ah_attr = *ah_attr;
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			IBV_QP_MIN_RNR_TIMER;
+	}
+	if (ibv_modify_qp(qp, &attr, mask)) {
+		perror("conform_peer: RTR");
+		return -1;
+	}
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTS;
+	attr.sq_psn = psn;
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (!ud) {
+		attr.timeout = 14;
+		attr.retry_cnt = 7;
+		attr.rnr_retry = 7;
+		attr.max_rd_atomic = MAX_OPS;
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	}
+	if (ibv_modify_qp(qp, &attr, mask)) {
+		perror("conform_peer: RTS");
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	const char *dev_name = NULL, *server;
-	int gid_index = 0, port = 18515, ud = 0, c, i, nops, fd, ok;
+	const char *dev_name = NULL, *server = NULL;
+	int gid_index = 0, port = 18515, ud = 0, serve = 0, recvs = 0, c, i, nops = 0, fd, ok;
 	uint32_t rkey = 0, psn, rpsn, rqpn;
 	uint64_t va = 0;
 	double wait = 10;
@@ -153,9 +270,9 @@ int main(int argc, char **argv)
 	struct ibv_ah *ah = NULL;
 	union ibv_gid gid, rgid;
 	char msg[MSG_SIZE], *buf;
-	unsigned int lid;
 
-	while ((c = getopt(argc, argv, "d:g:p:t:k:a:s:")) != -1) {
+	signal(SIGPIPE, SIG_IGN); /* a client gone is a write that fails */
+	while ((c = getopt(argc, argv, "d:g:p:t:k:a:s:Sr:")) != -1) {
 		switch (c) {
 		case 'd': dev_name = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
@@ -169,18 +286,27 @@ int main(int argc, char **argv)
 		case 'k': rkey = strtoul(optarg, NULL, 0); break;
 		case 'a': va = strtoull(optarg, NULL, 0); break;
 		case 's': wait = atof(optarg); break;
+		case 'S': serve = 1; break;
+		case 'r': recvs = atoi(optarg); break;
 		default: usage();
 		}
 	}
-	if (argc - optind < 2 || argc - optind - 1 > MAX_OPS)
-		usage();
-	server = argv[argc - 1];
-	nops = argc - optind - 1;
-	for (i = 0; i < nops; i++) {
-		if (parse_op(argv[optind + i], &ops[i]) || (ud && ops[i].code != IBV_WR_SEND)) {
-			fprintf(stderr, "conform_peer: operation %s: want write:LEN[@OFF], read:LEN[@OFF] (RC) or send:LEN[:QKEY]\n",
-				argv[optind + i]);
-			return 2;
+	if (serve) {
+		if (optind != argc || recvs < 0 || recvs > MAX_RECVS)
+			usage();
+		if (wait == 10)
+			wait = 60;
+	} else {
+		if (argc - optind < 2 || argc - optind - 1 > MAX_OPS)
+			usage();
+		server = argv[argc - 1];
+		nops = argc - optind - 1;
+		for (i = 0; i < nops; i++) {
+			if (parse_op(argv[optind + i], &ops[i]) || (ud && ops[i].code != IBV_WR_SEND)) {
+				fprintf(stderr, "conform_peer: operation %s: want write:LEN[@OFF], read:LEN[@OFF] (RC) or send:LEN[:QKEY]\n",
+					argv[optind + i]);
+				return 2;
+			}
 		}
 	}
 
@@ -199,19 +325,26 @@ int main(int argc, char **argv)
 		perror("conform_peer: ibv_open_device");
 		return 1;
 	}
-	buf = calloc(1, REGION + 40); /* UD receives have a GRH in front */
-	pd = ibv_alloc_pd(ctx);
-	mr = pd ? ibv_reg_mr(pd, buf, REGION + 40, IBV_ACCESS_LOCAL_WRITE) : NULL;
-	cq = mr ? ibv_create_cq(ctx, 2 * MAX_OPS, NULL, NULL, 0) : NULL;
-	if (!cq) {
-		perror("conform_peer: pd, mr or cq");
+	/* The region, then the receives' buffers. */
+	if (posix_memalign((void **)&buf, 4096, REGION + MAX_RECVS * RECV_SLOT)) {
+		fprintf(stderr, "conform_peer: out of memory\n");
 		return 1;
 	}
 	for (i = 0; i < REGION; i++)
 		buf[i] = (char)(i & 0xff);
+	pd = ibv_alloc_pd(ctx);
+	int access = IBV_ACCESS_LOCAL_WRITE;
+	if (serve && !ud)
+		access |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	mr = pd ? ibv_reg_mr(pd, buf, REGION + MAX_RECVS * RECV_SLOT, access) : NULL;
+	cq = mr ? ibv_create_cq(ctx, 2 * (MAX_OPS + MAX_RECVS), NULL, NULL, 0) : NULL;
+	if (!cq) {
+		perror("conform_peer: pd, mr or cq");
+		return 1;
+	}
 	struct ibv_qp_init_attr init = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC,
-		.cap = { .max_send_wr = MAX_OPS, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = MAX_OPS, .max_recv_wr = MAX_RECVS, .max_send_sge = 1, .max_recv_sge = 1 },
 		.sq_sig_all = 1,
 	};
 	qp = ibv_create_qp(pd, &init);
@@ -225,129 +358,148 @@ int main(int argc, char **argv)
 		attr.qkey = OWN_QKEY;
 		mask |= IBV_QP_QKEY;
 	} else {
-		attr.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+		attr.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 		mask |= IBV_QP_ACCESS_FLAGS;
 	}
 	if (ibv_modify_qp(qp, &attr, mask)) {
 		perror("conform_peer: INIT");
 		return 1;
 	}
+	for (i = 0; i < recvs; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)(buf + REGION + i * RECV_SLOT), .length = RECV_SLOT, .lkey = mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 1000 + i, .sg_list = &sge, .num_sge = 1 }, *bad;
+		if (ibv_post_recv(qp, &wr, &bad)) {
+			perror("conform_peer: ibv_post_recv");
+			return 1;
+		}
+	}
 	if (ibv_query_gid(ctx, 1, gid_index, &gid)) {
 		perror("conform_peer: ibv_query_gid");
 		return 1;
 	}
-
-	fd = connect_to(server, port);
-	if (fd < 0)
-		return 1;
 	srand48(getpid() * time(NULL));
 	psn = lrand48() & 0xffffff;
-	i = snprintf(msg, sizeof(msg), "%04x:%06x:%06x:", 0, qp->qp_num, psn);
-	for (c = 0; c < 16; c++)
-		i += snprintf(msg + i, sizeof(msg) - i, "%02x", gid.raw[c]);
-	if (full(fd, msg, sizeof(msg), 1) || full(fd, msg, sizeof(msg), 0)) {
+
+	fd = serve ? accept_one(port) : connect_to(server, port);
+	if (fd < 0)
+		return 1;
+	dest_msg(msg, qp->qp_num, psn, &gid);
+	if (serve) {
+		char theirs[MSG_SIZE];
+		if (full(fd, theirs, sizeof(theirs), 0) || parse_dest(theirs, &rqpn, &rpsn, &rgid))
+			return 1;
+	} else if (full(fd, msg, sizeof(msg), 1) || full(fd, msg, sizeof(msg), 0) || parse_dest(msg, &rqpn, &rpsn, &rgid)) {
 		fprintf(stderr, "conform_peer: the exchange with %s:%d failed\n", server, port);
 		return 1;
 	}
-	msg[MSG_SIZE - 1] = 0;
-	if (sscanf(msg, "%x:%x:%x:", &lid, &rqpn, &rpsn) != 3 || strlen(msg) != MSG_SIZE - 1) {
-		fprintf(stderr, "conform_peer: the server's message %.51s: not LID:QPN:PSN:GID\n", msg);
-		return 1;
-	}
-	for (c = 0; c < 16; c++) {
-		unsigned int b;
-		if (sscanf(msg + 19 + 2 * c, "%2x", &b) != 1) {
-			fprintf(stderr, "conform_peer: the server's GID in %.51s\n", msg);
-			return 1;
-		}
-		rgid.raw[c] = b;
-	}
-	printf("local QPN 0x%06x PSN 0x%06x, server QPN 0x%06x PSN 0x%06x\n", qp->qp_num, psn, rqpn, rpsn);
-
+	printf("local QPN 0x%06x PSN 0x%06x, remote QPN 0x%06x PSN 0x%06x\n", qp->qp_num, psn, rqpn, rpsn);
 	struct ibv_ah_attr ah_attr = {
 		.is_global = 1, .port_num = 1,
 		.grh = { .dgid = rgid, .sgid_index = gid_index, .hop_limit = 64 },
 	};
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = IBV_QPS_RTR;
-	mask = IBV_QP_STATE;
-	if (!ud) {
-		attr.path_mtu = IBV_MTU_1024;
-		attr.dest_qp_num = rqpn;
-		attr.rq_psn = rpsn;
-		attr.max_dest_rd_atomic = MAX_OPS;
-		attr.min_rnr_timer = 12;
-		attr.ah_attr = ah_attr;
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			IBV_QP_MIN_RNR_TIMER;
-	}
-	if (ibv_modify_qp(qp, &attr, mask)) {
-		perror("conform_peer: RTR");
+	if (ready(qp, ud, gid_index, psn, rqpn, rpsn, &ah_attr))
 		return 1;
-	}
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = IBV_QPS_RTS;
-	attr.sq_psn = psn;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (!ud) {
-		attr.timeout = 14;
-		attr.retry_cnt = 7;
-		attr.rnr_retry = 7;
-		attr.max_rd_atomic = MAX_OPS;
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-	}
-	if (ibv_modify_qp(qp, &attr, mask)) {
-		perror("conform_peer: RTS");
-		return 1;
-	}
 	if (ud && !(ah = ibv_create_ah(pd, &ah_attr))) {
 		perror("conform_peer: ibv_create_ah");
 		return 1;
 	}
-	if (full(fd, "done", sizeof("done"), 1)) { /* as the pingpong client: its QP is ready */
-		fprintf(stderr, "conform_peer: the exchange with %s:%d failed\n", server, port);
-		return 1;
-	}
 
-	for (i = 0; i < nops; i++) {
-		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = ops[i].len, .lkey = mr->lkey };
-		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = ops[i].code },
-				   *bad;
-		if (ops[i].code != IBV_WR_SEND) {
-			wr.wr.rdma.remote_addr = va + ops[i].off;
-			wr.wr.rdma.rkey = rkey;
-		} else if (ud) {
-			wr.wr.ud.ah = ah;
-			wr.wr.ud.remote_qpn = rqpn;
-			wr.wr.ud.remote_qkey = ops[i].qkey;
-		}
-		if (ibv_post_send(qp, &wr, &bad)) {
-			fprintf(stderr, "conform_peer: post %s: %s\n", ops[i].text, strerror(errno));
-			return 1;
-		}
-	}
 	ok = 1;
 	double deadline = now() + wait;
-	for (i = 0; i < nops;) {
-		struct ibv_wc wc;
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n < 0) {
-			fprintf(stderr, "conform_peer: ibv_poll_cq failed\n");
+	if (serve) {
+		/* As the pingpong server: our message once the QP is ready,
+		 * then the client's "done"; then the region. */
+		char done[sizeof("done")], region[REGION_MSG_SIZE];
+		if (full(fd, msg, sizeof(msg), 1) || full(fd, done, sizeof(done), 0)) {
+			fprintf(stderr, "conform_peer: the exchange failed\n");
 			return 1;
 		}
-		if (n == 0) {
+		memset(region, 0, sizeof(region));
+		snprintf(region, sizeof(region), "%08x:%016llx:%08x", mr->rkey, (unsigned long long)(uintptr_t)buf, REGION);
+		if (full(fd, region, sizeof(region), 1)) {
+			fprintf(stderr, "conform_peer: sending the region failed\n");
+			return 1;
+		}
+		printf("region rkey 0x%08x va 0x%llx length %d, %d receives posted\n", mr->rkey,
+		       (unsigned long long)(uintptr_t)buf, REGION, recvs);
+		fflush(stdout);
+		int received = 0;
+		for (;;) {
+			struct ibv_wc wc;
+			int n = ibv_poll_cq(cq, 1, &wc);
+			if (n < 0) {
+				fprintf(stderr, "conform_peer: ibv_poll_cq failed\n");
+				return 1;
+			}
+			if (n > 0) {
+				if (wc.opcode & IBV_WC_RECV) {
+					printf("receive %d: %s, %u bytes\n", received + 1, ibv_wc_status_str(wc.status), wc.byte_len);
+					if (wc.status == IBV_WC_SUCCESS) {
+						received++;
+						if (full(fd, "r", 1, 1))
+							break;
+					}
+				} else {
+					printf("completion %d: %s\n", wc.opcode, ibv_wc_status_str(wc.status));
+				}
+				continue;
+			}
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			if (poll(&p, 1, 1) > 0) {
+				char b;
+				if (read(fd, &b, 1) <= 0)
+					break; /* the client is done */
+			}
 			if (now() > deadline) {
-				printf("%d of %d operations did not complete within %gs\n", nops - i, nops, wait);
-				ok = 0;
+				printf("no end from the client within %gs\n", wait);
 				break;
 			}
-			usleep(100);
-			continue;
 		}
-		printf("completion %s: %s\n", wc.wr_id < (uint64_t)nops ? ops[wc.wr_id].text : "?", ibv_wc_status_str(wc.status));
-		if (wc.status != IBV_WC_SUCCESS)
-			ok = 0;
-		i++;
+		printf("%d receives completed\n", received);
+	} else {
+		if (full(fd, "done", sizeof("done"), 1)) { /* as the pingpong client: its QP is ready */
+			fprintf(stderr, "conform_peer: the exchange with %s:%d failed\n", server, port);
+			return 1;
+		}
+		for (i = 0; i < nops; i++) {
+			struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = ops[i].len, .lkey = mr->lkey };
+			struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = ops[i].code },
+					   *bad;
+			if (ops[i].code != IBV_WR_SEND) {
+				wr.wr.rdma.remote_addr = va + ops[i].off;
+				wr.wr.rdma.rkey = rkey;
+			} else if (ud) {
+				wr.wr.ud.ah = ah;
+				wr.wr.ud.remote_qpn = rqpn;
+				wr.wr.ud.remote_qkey = ops[i].qkey;
+			}
+			if (ibv_post_send(qp, &wr, &bad)) {
+				fprintf(stderr, "conform_peer: post %s: %s\n", ops[i].text, strerror(errno));
+				return 1;
+			}
+		}
+		for (i = 0; i < nops;) {
+			struct ibv_wc wc;
+			int n = ibv_poll_cq(cq, 1, &wc);
+			if (n < 0) {
+				fprintf(stderr, "conform_peer: ibv_poll_cq failed\n");
+				return 1;
+			}
+			if (n == 0) {
+				if (now() > deadline) {
+					printf("%d of %d operations did not complete within %gs\n", nops - i, nops, wait);
+					ok = 0;
+					break;
+				}
+				usleep(100);
+				continue;
+			}
+			printf("completion %s: %s\n", wc.wr_id < (uint64_t)nops ? ops[wc.wr_id].text : "?",
+			       ibv_wc_status_str(wc.status));
+			if (wc.status != IBV_WC_SUCCESS)
+				ok = 0;
+			i++;
+		}
 	}
 	fflush(stdout);
 	close(fd);

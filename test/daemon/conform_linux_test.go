@@ -27,16 +27,7 @@ func TestConformPeerUroce(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("skipping: building conform_peer needs gcc")
 	}
-	dir, err := os.MkdirTemp("", "uroce-conform-peer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "conform_peer")
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, "../../conform/peer/conform_peer.c", "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("building conform_peer: %v\n%s", err, out)
-	}
+	bin := buildConformPeer(t)
 	all, err := conform.Catalogue()
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +70,79 @@ func TestConformPeerUroce(t *testing.T) {
 				t.Errorf("%d of conform_peer's %d operations succeeded:\n%s", c, len(p.Ops), cli.out.String())
 			}
 		})
+	}
+}
+
+// buildConformPeer builds conform_peer with gcc into a directory user
+// nobody can read, removed when the test ends.
+func buildConformPeer(t *testing.T) string {
+	t.Helper()
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("skipping: building conform_peer needs gcc")
+	}
+	dir, err := os.MkdirTemp("", "uroce-conform-peer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "conform_peer")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, "../../conform/peer/conform_peer.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("building conform_peer: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestConformPeerServerUroce runs every responder scenario conform_peer
+// -S can host (all but FLUSH's and QP1's) with uroce as the responder:
+// conform_peer, unmodified, through uroce's libibverbs and a daemon on
+// one end of a veth pair, as user nobody, its region open to WRITEs,
+// READs and atomics and the scenario's receives posted; `uroce conform
+// --conform-peer` on the other end. Each outcome must be uroce's in its
+// results table (conform/results/uroce.txt).
+func TestConformPeerServerUroce(t *testing.T) {
+	bin := buildConformPeer(t)
+	all, err := conform.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := conform.Results("uroce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNetDaemons(t, 1500, false)
+	n.Start(1)
+	ran := 0
+	for _, sc := range all {
+		ps, err := sc.PeerServer()
+		if err != nil {
+			continue
+		}
+		ran++
+		t.Run(sc.Name, func(t *testing.T) {
+			args := strings.Fields(ps.Command("uroce0", "1"))
+			args[0] = bin
+			srv := n.stockTool(1, args...)
+			time.Sleep(100 * time.Millisecond)
+			cli := n.launchRoot(0, "conform", "-d", n.Dev[0], "--xdp-mode", "generic", "--conform-peer",
+				"-k", "^"+regexp.QuoteMeta(sc.Name)+"$", "--timeout", "2s", n.IP[1].String())
+			cli.wait(t, time.Minute)
+			if err := srv.wait(t, time.Minute); err != nil {
+				t.Errorf("conform_peer -S: %v\n%s", err, srv.out.String())
+			}
+			res := "PASS"
+			if !want[sc.Name].Pass {
+				res = "FAIL"
+			}
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sc.Name) + ` +` + res + ` `).MatchString(cli.out.String()) {
+				t.Errorf("want %s:\n%s\nconform_peer:\n%s", res, cli.out.String(), srv.out.String())
+			}
+		})
+	}
+	if ran < 20 {
+		t.Errorf("conform_peer hosts %d scenarios", ran)
 	}
 }

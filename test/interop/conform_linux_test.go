@@ -60,7 +60,11 @@ func conformRxe(t *testing.T, kernel string) {
 			// receives: that shows its receive completion.
 			tool, guest, peerArgs = "ud", "ibv_ud_pingpong -d rxe0 -g 1 -s 64 -n 1", []string{"--pingpong"}
 		case n.Read || n.Write && n.Atomic || n.Flush || sc.Receives > 0 || n.UD || n.Delivered:
-			continue // no stock server grants it, or the peer must post sends of its own
+			// No stock server grants it: conform_peer -S does.
+			if st, ok := conformPeerServer(t, sc, want, peerBin != nil, kernel); ok {
+				steps = append(steps, st)
+			}
+			continue
 		case n.Placement && kernel == "6.1":
 			continue // rdma_rxe has FLUSH and ATOMIC_WRITE from 6.2 on
 		case n.Atomic:
@@ -198,3 +202,39 @@ func countBadICRC(sc *conform.Scenario) int {
 }
 
 func sendsBadICRC(sc *conform.Scenario) bool { return countBadICRC(sc) > 0 }
+
+// conformPeerServer is the step of a responder scenario no stock server
+// can host: conform_peer -S on the guest, on rxe0 (its region open to
+// WRITEs, READs and atomics, the scenario's receives posted), against
+// `uroce conform --conform-peer`. It reports false for a scenario
+// conform_peer cannot host either, or one rdma_rxe of this kernel does
+// not implement (FLUSH and ATOMIC_WRITE before 6.2).
+func conformPeerServer(t *testing.T, sc *conform.Scenario, want map[string]conform.Expected, built bool, kernel string) (step, bool) {
+	p, err := sc.PeerServer()
+	if err != nil || !built || sc.Needs().Placement && kernel == "6.1" {
+		t.Logf("%s: skipped: conform_peer -S: %v", sc.Name, err)
+		return step{}, false
+	}
+	w, ok := want[sc.Name]
+	if !ok {
+		t.Fatalf("no rxe result for %s in the results table", sc.Name)
+	}
+	exit, res := 0, "PASS"
+	if !w.Pass {
+		exit, res = 1, "FAIL"
+	}
+	name := sc.Name
+	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
+	return step{name: "conform-" + name, guest: "/tmp/" + p.Command("rxe0", "1"), uroceExit: exit, badFrames: sendsBadICRC(sc),
+		uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--conform-peer", "--timeout", "2s"},
+		check: func(t *testing.T, g, u string) {
+			if !line.MatchString(u) {
+				t.Errorf("%s: want %s:\n%s\nconform_peer:\n%s", name, res, u, g)
+			}
+		},
+		capture: func(t *testing.T, f *findings) {
+			if f.counts.ICRCBad != countBadICRC(sc) {
+				t.Errorf("%s: %d frames with a bad ICRC, the scenario sends %d: %s", name, f.counts.ICRCBad, countBadICRC(sc), f)
+			}
+		}}, true
+}
