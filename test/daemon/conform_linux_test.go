@@ -146,3 +146,61 @@ func TestConformPeerServerUroce(t *testing.T) {
 		t.Errorf("conform_peer hosts %d scenarios", ran)
 	}
 }
+
+// TestConformServeUroce runs the requester scenarios a stock perftest
+// client makes with uroce as the requester: the stock client of each
+// (ib_write_bw, ib_read_bw or ib_send_bw -n 5 -t 1), unmodified, through
+// uroce's libibverbs and a daemon, as user nobody, against `uroce
+// conform --serve` on the other end of the veth pair. Each outcome must
+// be uroce's in its results table, and the client must end normally.
+func TestConformServeUroce(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	all, err := conform.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := conform.Results("uroce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNetDaemons(t, 1500, false)
+	n.Start(1)
+	ran := 0
+	for _, sc := range all {
+		c, err := sc.StockClient()
+		if err != nil {
+			continue
+		}
+		ran++
+		t.Run(sc.Name, func(t *testing.T) {
+			srv := n.launchRoot(0, "conform", "-d", n.Dev[0], "--xdp-mode", "generic", "--serve",
+				"-k", "^"+regexp.QuoteMeta(sc.Name)+"$", "--timeout", "2s", n.IP[1].String())
+			args := strings.Fields(c.Command("uroce0", "1"))
+			var cli *run
+			for tries := 0; ; tries++ {
+				time.Sleep(200 * time.Millisecond)
+				cli = n.stockTool(1, append(args, n.IP[0].String())...)
+				err := cli.wait(t, time.Minute)
+				if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
+					if err != nil {
+						t.Errorf("%s: %v\n%s", c.Tool, err, cli.out.String())
+					}
+					break
+				}
+			}
+			srv.wait(t, time.Minute)
+			res := "PASS"
+			if !want[sc.Name].Pass {
+				res = "FAIL"
+			}
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sc.Name) + ` +` + res + ` `).MatchString(srv.out.String()) {
+				t.Errorf("want %s:\n%s\n%s:\n%s", res, srv.out.String(), c.Tool, cli.out.String())
+			}
+		})
+	}
+	if ran < 4 {
+		t.Errorf("%d requester scenarios have a stock client", ran)
+	}
+}
