@@ -181,6 +181,8 @@ func TestParseErrors(t *testing.T) {
 		{"scenario a\nrule r\nsend ud_send_only mad=cm_rej", "t.txt:3: mad="},
 		{"scenario a\nrule r\nsend ud_send_only qkey=some", "t.txt:3: qkey="},
 		{"scenario a\nrule r\ndelivered many", "t.txt:3: delivered"},
+		{"scenario a\nrule r\nretry 8", "t.txt:3: retry"},
+		{"scenario a\nrule r\nrnr_retry -1", "t.txt:3: rnr_retry"},
 	} {
 		_, err := Parse(strings.NewReader(c.text), "t.txt")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

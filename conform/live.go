@@ -40,6 +40,9 @@ func (sc *Scenario) StockClient() (StockClient, error) {
 	if n := sc.Needs(); n.UD || n.GSI || n.Delivered {
 		return c, errors.New("needs a UD QP whose sends or receive completions show: perftest's exchange sets up an RC QP (UD scenarios: --pingpong ud)")
 	}
+	if sc.RetryCnt >= 0 || sc.RNRRetry >= 0 {
+		return c, errors.New("sets the peer's retry counts, which perftest fixes at 7 (conform_peer sets them: --serve-peer)")
+	}
 	posts := 0
 	for _, st := range sc.Steps {
 		if st.Kind != PeerPost {
@@ -203,6 +206,8 @@ const (
 type PeerProgram struct {
 	UD  bool
 	Ops []string // write:LEN[@OFF], read:LEN[@OFF], send:LEN[:QKEY]
+	// RetryCnt and RNRRetry are its QP's retry counts (-1: 7).
+	RetryCnt, RNRRetry int
 }
 
 // PeerProgramQKey is the Q_Key of conform_peer's UD QP (its own).
@@ -216,7 +221,14 @@ func (p PeerProgram) Command(dev, gid string, rkey uint32, va uint64) string {
 	if p.UD {
 		tr = "ud"
 	}
-	return fmt.Sprintf("conform_peer -d %s -g %s -t %s -k %#x -a %#x %s", dev, gid, tr, rkey, va, strings.Join(p.Ops, " "))
+	retries := ""
+	if p.RetryCnt >= 0 {
+		retries += fmt.Sprintf(" -c %d", p.RetryCnt)
+	}
+	if p.RNRRetry >= 0 {
+		retries += fmt.Sprintf(" -n %d", p.RNRRetry)
+	}
+	return fmt.Sprintf("conform_peer -d %s -g %s -t %s%s -k %#x -a %#x %s", dev, gid, tr, retries, rkey, va, strings.Join(p.Ops, " "))
 }
 
 // PeerProgram returns the conform_peer run that makes sc's peer
@@ -230,7 +242,7 @@ func (sc *Scenario) PeerProgram() (PeerProgram, error) {
 	case !n.Peer:
 		return p, errors.New("the peer is the responder in this scenario")
 	}
-	p.UD = n.UD
+	p.UD, p.RetryCnt, p.RNRRetry = n.UD, sc.RetryCnt, sc.RNRRetry
 	for _, st := range sc.Steps {
 		if st.Kind != PeerPost {
 			continue

@@ -16,13 +16,15 @@ func TestStockClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"requester-ack-timeout": "ib_write_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
-		"requester-ghost-ack":   "ib_write_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
-		"requester-implied-ack": "error: the peer posts a WRITE and a READ request on one QP",
-		"requester-implied-nak": "ib_read_bw -d rxe0 -x 1 -n 5 -t 1 -s 2048 -F",
-		"requester-rnr-retry":   "ib_send_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
-		"write-ack":             "error: the peer is the responder",
-		"ud-qkey-high-bit":      "error: needs a UD QP",
+		"requester-ack-timeout":    "ib_write_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
+		"requester-ghost-ack":      "ib_write_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
+		"requester-implied-ack":    "error: the peer posts a WRITE and a READ request on one QP",
+		"requester-retry-exceeded": "error: sets the peer's retry counts, which perftest fixes at 7",
+		"requester-rnr-exceeded":   "error: sets the peer's retry counts, which perftest fixes at 7",
+		"requester-implied-nak":    "ib_read_bw -d rxe0 -x 1 -n 5 -t 1 -s 2048 -F",
+		"requester-rnr-retry":      "ib_send_bw -d rxe0 -x 1 -n 5 -t 1 -s 64 -F",
+		"write-ack":                "error: the peer is the responder",
+		"ud-qkey-high-bit":         "error: needs a UD QP",
 	}
 	for _, sc := range all {
 		w, ok := want[sc.Name]
@@ -226,12 +228,14 @@ func TestPeerProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"requester-implied-ack": "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 write:64 read:64@64",
-		"ud-qkey-high-bit":      "conform_peer -d rxe0 -g 1 -t ud -k 0x4242 -a 0x7f0000001000 send:64:0x80000000 send:64:0x2222",
-		"requester-implied-nak": "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 read:2048",
-		"write-ack":             "error: the peer is the responder in this scenario",
-		"gsi-qkey":              "error: needs the peer's QP1 or its receive completions",
-		"ud-qkey-match":         "error: needs the peer's QP1 or its receive completions",
+		"requester-implied-ack":    "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 write:64 read:64@64",
+		"ud-qkey-high-bit":         "conform_peer -d rxe0 -g 1 -t ud -k 0x4242 -a 0x7f0000001000 send:64:0x80000000 send:64:0x2222",
+		"requester-implied-nak":    "conform_peer -d rxe0 -g 1 -t rc -k 0x4242 -a 0x7f0000001000 read:2048",
+		"requester-retry-exceeded": "conform_peer -d rxe0 -g 1 -t rc -c 2 -k 0x4242 -a 0x7f0000001000 write:64",
+		"requester-rnr-exceeded":   "conform_peer -d rxe0 -g 1 -t rc -n 1 -k 0x4242 -a 0x7f0000001000 send:64",
+		"write-ack":                "error: the peer is the responder in this scenario",
+		"gsi-qkey":                 "error: needs the peer's QP1 or its receive completions",
+		"ud-qkey-match":            "error: needs the peer's QP1 or its receive completions",
 	}
 	for _, sc := range all {
 		w, ok := want[sc.Name]

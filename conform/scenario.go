@@ -33,7 +33,11 @@ type Scenario struct {
 	// Receives is how many receives the peer needs posted (-1: none;
 	// 0: any number).
 	Receives int
-	Steps    []Step
+	// RetryCnt and RNRRetry are the peer QP's retry counts when it is
+	// the requester (-1: the peer's own, 7 for the self peer): the
+	// scenario sees it give up after them.
+	RetryCnt, RNRRetry int
+	Steps              []Step
 }
 
 // StepKind is what a step does.
@@ -144,7 +148,8 @@ var opNames = func() map[string]bth.Opcode {
 // psn=any, where implementations differ), syndrome (ack, rnr, seq, inv, access, op), msn, len, fill, data, orig
 // (the atomic's original value). "receives N" (or "receives none") says
 // what the peer must have posted, "delivered N" how many receives it
-// must have completed by then. UD: ud_send_only and
+// must have completed by then; "retry N" and "rnr_retry N" set the peer
+// QP's retry counts where it is the requester. UD: ud_send_only and
 // ud_send_only_with_immediate, with qkey (bad, own — expected: the peer
 // QP's — or a number), qp=1 (the GSI QP) and mad (cm_req sent, cm_rej
 // expected).
@@ -171,7 +176,7 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			if len(f) != 2 {
 				return nil, bad("scenario takes one name")
 			}
-			cur = &Scenario{Name: f[1], File: file, Line: line}
+			cur = &Scenario{Name: f[1], File: file, Line: line, RetryCnt: -1, RNRRetry: -1}
 			out = append(out, cur)
 			continue
 		}
@@ -183,6 +188,16 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			cur.Rule = rest
 		case "ibta":
 			cur.IBTA = rest
+		case "retry", "rnr_retry":
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 0 || n > 7 {
+				return nil, bad("%s %q: a count from 0 to 7", key, rest)
+			}
+			if key == "retry" {
+				cur.RetryCnt = n
+			} else {
+				cur.RNRRetry = n
+			}
 		case "receives":
 			if rest == "none" {
 				cur.Receives = -1
@@ -239,7 +254,7 @@ func Parse(r io.Reader, file string) ([]*Scenario, error) {
 			}
 			cur.Steps = append(cur.Steps, Step{Kind: k, Line: line, P: p})
 		default:
-			return nil, bad("unknown keyword %q (scenario, rule, ibta, receives, send, expect, silence, peer, delivered)", key)
+			return nil, bad("unknown keyword %q (scenario, rule, ibta, receives, retry, rnr_retry, send, expect, silence, peer, delivered)", key)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -52,6 +52,15 @@ func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 	if needs.UD {
 		cfg.Transport, cfg.QKey = bth.TransportUD, SelfQKey
 	}
+	if sc.RetryCnt >= 0 || sc.RNRRetry >= 0 {
+		cfg.Retries = &replay.Retries{Cnt: 7, RNR: 7}
+		if sc.RetryCnt >= 0 {
+			cfg.Retries.Cnt = uint8(sc.RetryCnt)
+		}
+		if sc.RNRRetry >= 0 {
+			cfg.Retries.RNR = uint8(sc.RNRRetry)
+		}
+	}
 	r, err := replay.NewResponder(cfg)
 	if err != nil {
 		return Result{}, err

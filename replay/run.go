@@ -117,7 +117,13 @@ type ResponderConfig struct {
 	// Access is what the QP grants remote requests (default: write,
 	// read and atomics).
 	Access stack.Access
+	// Retries, when set, are the QP's retry counts as a requester
+	// (default: 7 and 7).
+	Retries *Retries
 }
+
+// Retries are a requester QP's transport and RNR retry counts.
+type Retries struct{ Cnt, RNR uint8 }
 
 // NewResponder starts a responder.
 func NewResponder(cfg ResponderConfig) (*Responder, error) {
@@ -214,7 +220,11 @@ func (r *Responder) setup(typ stack.QPType, cfg *ResponderConfig) error {
 		PathMTU: cfg.PathMTU, MaxDestRdAtomic: 16, MinRNRTimer: 12}); err != nil {
 		return err
 	}
-	if err := q.ToRTS(stack.RTSAttr{SQPSN: cfg.SQPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+	rt := Retries{Cnt: 7, RNR: 7}
+	if cfg.Retries != nil {
+		rt = *cfg.Retries
+	}
+	if err := q.ToRTS(stack.RTSAttr{SQPSN: cfg.SQPSN, Timeout: 14, RetryCnt: rt.Cnt, RNRRetry: rt.RNR, MaxRdAtomic: 16}); err != nil {
 		return err
 	}
 	r.Live = Live{Local: cfg.Local, Peer: Endpoint{MAC: cfg.Peer.MAC, IP: cfg.Peer.IP, QPN: q.QPN()},

@@ -9,7 +9,8 @@
  * connects with ibv_rc_pingpong's exchange (TCP: the client writes
  * "LID:QPN:PSN:GID" first, reads the server's and writes "done" once its
  * QP is ready), posts every operation given, all at once and signaled,
- * and waits for their completions:
+ * and waits for their completions (its QP's retry counts are -c and -n,
+ * 7 by default):
  *
  *   write:LEN[@OFF]    RDMA WRITE of LEN bytes to the server's region
  *                      (-k, -a) at OFF
@@ -31,7 +32,7 @@
  * connection, or after -s seconds.
  *
  * Usage: conform_peer [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-k RKEY]
- *        [-a VA] [-s SECONDS] OP... SERVER
+ *        [-a VA] [-c RETRY_CNT] [-n RNR_RETRY] [-s SECONDS] OP... SERVER
  *        conform_peer -S [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud]
  *        [-r RECEIVES] [-s SECONDS]
  *
@@ -69,7 +70,8 @@ struct op {
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: conform_peer [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-k RKEY] [-a VA] [-s SECONDS] OP... SERVER\n"
+	fprintf(stderr, "usage: conform_peer [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-k RKEY] [-a VA] [-c RETRY_CNT] [-n RNR_RETRY]\n"
+			"                    [-s SECONDS] OP... SERVER\n"
 			"       conform_peer -S [-d DEV] [-g GID_INDEX] [-p PORT] [-t rc|ud] [-r RECEIVES] [-s SECONDS]\n"
 			"  OP: write:LEN[@OFF]  read:LEN[@OFF]  send:LEN[:QKEY]\n");
 	exit(2);
@@ -214,6 +216,8 @@ static int parse_dest(char *msg, uint32_t *qpn, uint32_t *psn, union ibv_gid *gi
 }
 
 /* ready moves qp to RTR and RTS towards the other end. */
+static int retry_cnt = 7, rnr_retry = 7;
+
 static int ready(struct ibv_qp *qp, int ud, int gid_index, uint32_t psn, uint32_t rqpn, uint32_t rpsn,
 		 struct ibv_ah_attr *ah_attr)
 {
@@ -240,8 +244,8 @@ static int ready(struct ibv_qp *qp, int ud, int gid_index, uint32_t psn, uint32_
 	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 	if (!ud) {
 		attr.timeout = 14;
-		attr.retry_cnt = 7;
-		attr.rnr_retry = 7;
+		attr.retry_cnt = retry_cnt;
+		attr.rnr_retry = rnr_retry;
 		attr.max_rd_atomic = MAX_OPS;
 		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 	}
@@ -272,7 +276,7 @@ int main(int argc, char **argv)
 	char msg[MSG_SIZE], *buf;
 
 	signal(SIGPIPE, SIG_IGN); /* a client gone is a write that fails */
-	while ((c = getopt(argc, argv, "d:g:p:t:k:a:s:Sr:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:p:t:k:a:s:Sr:c:n:")) != -1) {
 		switch (c) {
 		case 'd': dev_name = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
@@ -288,9 +292,13 @@ int main(int argc, char **argv)
 		case 's': wait = atof(optarg); break;
 		case 'S': serve = 1; break;
 		case 'r': recvs = atoi(optarg); break;
+		case 'c': retry_cnt = atoi(optarg); break;
+		case 'n': rnr_retry = atoi(optarg); break;
 		default: usage();
 		}
 	}
+	if (retry_cnt < 0 || retry_cnt > 7 || rnr_retry < 0 || rnr_retry > 7)
+		usage();
 	if (serve) {
 		if (optind != argc || recvs < 0 || recvs > MAX_RECVS)
 			usage();

@@ -141,18 +141,35 @@ func conformPeerProgram(t *testing.T, sc *conform.Scenario, want map[string]conf
 	}
 	name := sc.Name
 	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
-	return step{name: "conform-" + name, guest: "/tmp/" + p.Command("rxe0", "1", conform.ServeRKey, conform.ServeVA), guestClient: true,
-		uroceExit: exit, uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--serve-peer", "--timeout", "2s"},
+	// The catalogue's scenarios that set the peer's retry counts answer
+	// its request never (or with RNR NAKs only): it must fail with the
+	// count exceeded, and conform_peer then exits 1. Otherwise every
+	// operation succeeds.
+	status, guestExit := "success", 0
+	switch {
+	case sc.RetryCnt >= 0:
+		status, guestExit = "transport retry counter exceeded", 1
+	case sc.RNRRetry >= 0:
+		status, guestExit = "RNR retry counter exceeded", 1
+	}
+	st := step{name: "conform-" + name, guest: "/tmp/" + p.Command("rxe0", "1", conform.ServeRKey, conform.ServeVA), guestClient: true,
+		uroceExit: exit, guestExit: guestExit,
+		uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--serve-peer", "--timeout", "2s"},
 		check: func(t *testing.T, g, u string) {
 			if !line.MatchString(u) {
 				t.Errorf("%s: want %s:\n%s", name, res, u)
 			}
-			// conform_peer's operations all completed, as the
-			// scenario's answers should have them.
-			if w.Pass && (!strings.Contains(g, "completion ") || strings.Contains(g, "did not complete")) {
-				t.Errorf("%s: conform_peer's completions:\n%s", name, g)
+			if w.Pass && (strings.Count(g, "completion ") != len(p.Ops) || strings.Count(g, ": "+status+"\n") != len(p.Ops)) {
+				t.Errorf("%s: want conform_peer's %d operations to end with %q:\n%s", name, len(p.Ops), status, g)
 			}
-		}}, true
+		},
+		// The scenario's NAKs, drops and silences are on purpose.
+		capture: func(t *testing.T, f *findings) {
+			if f.counts.ICRCBad != 0 {
+				t.Errorf("%s: %d frames with a bad ICRC: %s", name, f.counts.ICRCBad, f)
+			}
+		}}
+	return st, true
 }
 
 // conformRequester is the step of a scenario where rxe is the
