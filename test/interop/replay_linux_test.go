@@ -61,6 +61,8 @@ func TestReplayRxe(t *testing.T) {
 		}
 		steps = append(steps, replayStep("replay-"+c.capture, c.tool+" -d rxe0 "+c.flags, c.capture, 0, agrees, how...))
 	}
+	// SEND_ONLY with a pad count of 3 (13-byte messages).
+	steps = append(steps, replayStep("replay-rc_pingpong_pad", "ibv_rc_pingpong -d rxe0 -g 1 -n 3 -s 13", "rc_pingpong_pad.pcap", 0, agrees, "--pingpong"))
 	for _, tr := range []string{"rc", "uc", "ud"} {
 		tool := "ibv_" + tr + "_pingpong"
 		steps = append(steps, replayStep("replay-"+tr+"_pingpong", tool+" -d rxe0 -g 1 -n 5 -s 64", tr+"_pingpong.pcap", 0, agrees, "--pingpong"))
@@ -118,9 +120,23 @@ func TestReplayRxe(t *testing.T) {
 		{"ib_send_lat -d rxe0 -x 1 -F -n 5 -s 64", "send_lat-uroce_client.pcap", []string{"--perftest", "ib_send_lat", "--tolerate", "payload"}},
 		{"ib_read_bw -d rxe0 -x 1 -F -n 5 -s 3000", "read_bw-uroce_server.pcap", []string{"--perftest", "ib_read_bw", "--tolerate", "payload"}},
 		{"ib_atomic_bw -d rxe0 -x 1 -F -n 5", "atomic_bw-uroce_server.pcap", []string{"--perftest", "ib_atomic_bw", "--tolerate", "atomic_orig"}},
+		{"ibv_ud_pingpong -d rxe0 -g 1 -c -n 3 -s 64", "ud_pingpong-uroce_server.pcap", []string{"--pingpong"}},
+		// The recorded bad R_Key stays bad: the live server NAKs the
+		// first WRITE with a remote access error, as uroce did.
+		{"ib_write_bw -d rxe0 -x 1 -F -n 5 -s 64", "bad_rkey-uroce_target.pcap", []string{"--perftest", "ib_write_bw"}},
+		// uroce's client that lost 30 % of its sends: its resends and
+		// rxe's answers, duplicates included, come again.
+		{"ibv_rc_pingpong -d rxe0 -g 1 -c -n 5 -s 64", "retransmit-uroce_client.pcap", []string{"--pingpong"}},
 	} {
 		st := replayStep("replay-own-"+c.capture, c.guest, "", 0, agrees, c.how...)
 		st.uroce[len(st.uroce)-1] = filepath.Join(own, c.capture)
+		if strings.HasPrefix(c.capture, "bad_rkey") {
+			st.capture = func(t *testing.T, f *findings) {
+				if f.naks["remote_access_error from "+guestAddr] != 1 || len(f.naks) != 1 {
+					t.Errorf("the bad R_Key: want one remote access error NAK from rxe, got %s", f)
+				}
+			}
+		}
 		steps = append(steps, st)
 	}
 	// A ConnectX capture of a whole conversation (ib_send_bw, 5 SENDs of
@@ -147,6 +163,22 @@ func TestReplayRxe(t *testing.T) {
 		}, "--perftest", "ib_send_bw")
 	cx.uroce[len(cx.uroce)-1] = filepath.Join(sharedRxe, "..", "public", "magnate3_linux-riscv-dev__soft-roce_mellanox_doc_ib_send_bw_over_roce.pcap")
 	steps = append(steps, cx)
+	// rxe's SENDs to a uroce receiver that posted its receives late,
+	// played at a stock ib_send_bw server, which has them posted: the
+	// report names the recorded RNR NAKs that became ACKs.
+	rnr := replayStep("replay-own-rnr-uroce_receiver.pcap", "ib_send_bw -d rxe0 -x 1 -F -n 5 -s 64", "", 1,
+		func(t *testing.T, out string) {
+			if !strings.Contains(out, "syndrome rnr") || strings.Contains(out, "live: none") {
+				t.Errorf("want the recorded RNR NAKs named, each answered:\n%s", out)
+			}
+		}, "--perftest", "ib_send_bw", "--tolerate", "payload")
+	rnr.uroce[len(rnr.uroce)-1] = filepath.Join(own, "rnr-uroce_receiver.pcap")
+	rnr.capture = func(t *testing.T, f *findings) { // the recorded resends come again, all answered
+		if len(f.naks) != 0 {
+			t.Errorf("want no NAK from the live server (its receives are posted), got %s", f)
+		}
+	}
+	steps = append(steps, rnr)
 	// The second WRITE packet lost: rxe answers the third with a PSN
 	// sequence NAK, where the recording has none.
 	drop := replayStep("replay-write_bw-drop2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 1,
@@ -162,5 +194,30 @@ func TestReplayRxe(t *testing.T) {
 	}
 	steps = append(steps, drop)
 	g := group{mtu: 1500, pcap: "replay.pcap", stepTimeout: 60e9, steps: steps}
+	g.run(t)
+}
+
+// TestReplayRxeJumbo replays the recorded runs at path MTU 4096 (netdev
+// MTU 9000 on both ends: 4096-byte WRITE segments) at a live rdma_rxe
+// guest of the same MTU: rxe's own ib_write_bw client, and rxe's client
+// of a run with uroce as the server (the project's capture).
+func TestReplayRxeJumbo(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat(sharedRxe); err != nil {
+		t.Skipf("no reference captures: %v", err)
+	}
+	jumbo := func(name, capture string) step {
+		return step{name: name, guest: "ib_write_bw -d rxe0 -x 1 -F -n 5 -s 10000",
+			uroce: []string{"replay", "--timeout", "2s", "--perftest", "ib_write_bw", capture},
+			check: func(t *testing.T, g, u string) {
+				if !strings.Contains(u, "the live peer agrees with the recording") {
+					t.Errorf("replay does not agree:\n%s", u)
+				}
+			}}
+	}
+	g := group{mtu: 9000, pcap: "replay-jumbo.pcap", stepTimeout: 60e9, steps: []step{
+		jumbo("replay-write_bw_jumbo", filepath.Join(sharedRxe, "write_bw_jumbo.pcap")),
+		jumbo("replay-own-write_bw-mtu4096-uroce_server", filepath.Join("..", "..", "pcaps", "rxe-6.1", "write_bw-mtu4096-uroce_server.pcap")),
+	}}
 	g.run(t)
 }
