@@ -232,22 +232,36 @@ func (q *QP) BindMW(mw *MW, id uint64, flags SendFlags, b MWBind) error {
 		tb.mu.Unlock()
 		return fmt.Errorf("bind mw: qp %#x: window of another pd: %w", q.qpn, ErrInvalidArg)
 	}
-	key := IncRKey(mw.next)
+	// The new key is taken under the table's lock, so that binds of
+	// one window posted at once on two QPs get two keys; a post that
+	// fails gives it back unless another bind took a later one.
+	old := mw.next
+	key := IncRKey(old)
+	mw.next = key
 	tb.mu.Unlock()
+	if bindPosting != nil {
+		bindPosting()
+	}
 	s := &qp.SendWR{ID: id, Opcode: OpBindMW, Flags: flags & SendSignaled, RKey: key,
 		Bind: qp.LocalBind{Addr: b.Addr, Length: b.Length, Access: b.Access, Type1: true}}
 	if b.MR != nil {
 		s.Bind.MR = b.MR.lkey
 	}
 	if err := q.q.PostSend(q.dev.clock.Now(), s); err != nil {
+		tb.mu.Lock()
+		if mw.next == key {
+			mw.next = old
+		}
+		tb.mu.Unlock()
 		return fmt.Errorf("bind mw: %w", err)
 	}
-	tb.mu.Lock()
-	mw.next = key
-	tb.mu.Unlock()
 	q.kick()
 	return nil
 }
+
+// bindPosting, when set (by tests), runs in BindMW between taking the
+// window's new key and posting the bind.
+var bindPosting func()
 
 // qpLocal carries out a QP's OpBindMW and OpLocalInv work requests
 // (qp.LocalOps) when the QP's requester reaches them in the send queue,

@@ -609,3 +609,53 @@ func TestType1BindInSendQueue(t *testing.T) {
 		t.Fatalf("refused bind: %+v, qp %s", wc, qb.State())
 	}
 }
+
+// TestType1BindsAtOnce: two binds of one type 1 window posted at the same
+// time on two QPs take two keys (the second bind runs while the first is
+// between taking its key and posting); the window ends with the later
+// one, and both binds complete. Before, both took the same key.
+func TestType1BindsAtOnce(t *testing.T) {
+	e := newMWEnv(t)
+	_, q1 := e.pair(t)
+	_, q2 := e.pair(t)
+	mw, err := e.B.pd.AllocMW(MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key0 := mw.RKey()
+	bind := MWBind{MR: e.mr, Addr: e.mr.Addr(), Length: 64, Access: AccessRemoteRead}
+	var inner error
+	bindPosting = func() {
+		bindPosting = nil
+		inner = q2.BindMW(mw, 2, SendSignaled, bind)
+	}
+	defer func() { bindPosting = nil }()
+	if err := q1.BindMW(mw, 1, SendSignaled, bind); err != nil || inner != nil {
+		t.Fatalf("binds: %v, %v", err, inner)
+	}
+	if want := IncRKey(IncRKey(key0)); mw.RKey() != want {
+		t.Errorf("window key %#x after two binds, want %#x (two keys taken)", mw.RKey(), want)
+	}
+	ids := map[uint64]WCStatus{}
+	for _, wc := range pollN(t, e.s, e.B.cq, 2) {
+		ids[wc.ID] = wc.Status
+	}
+	if ids[1] != WCSuccess || ids[2] != WCSuccess {
+		t.Errorf("bind completions %v", ids)
+	}
+	// A post that fails (the send queue full: the simulation runs only
+	// when polled) gives its key back.
+	want, posted := mw.RKey(), 0
+	for ; posted < 1000; posted++ {
+		if err := q1.BindMW(mw, 10, 0, bind); err != nil {
+			break
+		}
+		want = IncRKey(want)
+	}
+	if posted == 1000 {
+		t.Fatal("the send queue never filled")
+	}
+	if mw.RKey() != want {
+		t.Errorf("after %d binds and a refused one the key is %#x, want %#x", posted, mw.RKey(), want)
+	}
+}
