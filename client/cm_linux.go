@@ -219,7 +219,19 @@ func (r *CMRequest) Accept(ctx context.Context, q *QP, priv []byte) (*CMConn, er
 	if err != nil {
 		return fail(err)
 	}
-	if ev.Type != proto.CMEventEstablished {
+	switch ev.Type {
+	case proto.CMEventEstablished:
+	case proto.CMEventDisconnected:
+		// The RTU was lost and the peer, established, has disconnected
+		// already: the accept succeeded, and the connection is over
+		// (rdma_cm's DISCONNECTED alone). It is returned ended.
+		q.refresh()
+		c := newConn(r.d, ch, r.h, q, r.Local, r.Remote, r.PrivateData)
+		c.ended = true
+		c.stop()
+		<-c.done
+		return c, nil
+	default:
 		return fail(eventErr(&ev))
 	}
 	q.refresh()
@@ -350,13 +362,14 @@ func (d *Device) connectID(ctx context.Context, ch *cmChannel, h uint32, q *QP, 
 
 // CMConn is an established connection.
 type CMConn struct {
-	d    *Device
-	ch   *cmChannel
-	h    uint32
-	qp   *QP
-	done chan struct{}
-	stop context.CancelFunc
-	once sync.Once
+	d     *Device
+	ch    *cmChannel
+	h     uint32
+	qp    *QP
+	done  chan struct{}
+	stop  context.CancelFunc
+	once  sync.Once
+	ended bool // accepted after the peer had ended it (NeverEstablished)
 	// Local and Remote are the connection's addresses; PrivateData the
 	// peer's (the REP's for Dial, the REQ's for Accept).
 	Local, Remote netip.AddrPort
@@ -381,6 +394,11 @@ func newConn(d *Device, ch *cmChannel, h uint32, q *QP, local, remote netip.Addr
 
 // QP returns the connection's QP.
 func (c *CMConn) QP() *QP { return c.qp }
+
+// NeverEstablished reports an accepted connection that the peer ended
+// before this end saw it established (its RTU lost, its DREQ first):
+// Done is closed from the start.
+func (c *CMConn) NeverEstablished() bool { return c.ended }
 
 // Done is closed when the connection has ended (the peer disconnected,
 // or Close ran).

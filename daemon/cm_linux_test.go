@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/client"
+	"github.com/uroce/uroce/internal/frametest"
+	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/mad"
 	"github.com/uroce/uroce/rdmacm"
 	"github.com/uroce/uroce/stack"
@@ -121,6 +123,67 @@ func TestDaemonCM(t *testing.T) {
 	_, err = ca.Dial(ctx, qd.(*client.QP), netip.AddrPortFrom(ipB, 7471), nil)
 	if !errors.As(err, &rej) || rej.Reason != mad.RejConsumer || !bytes.HasPrefix(rej.PrivateData, []byte("no thanks")) {
 		t.Fatalf("dial rejected by the application: %v", err)
+	}
+}
+
+// TestDaemonCMRTULost: the active side's RTU is lost and its DREQ (it
+// disconnects at once) comes first. The kernel's rdma_cm takes the DREQ
+// as the end of an established connection: the accept succeeds and
+// DISCONNECTED comes alone. So does the daemon's: the accepting client
+// gets a connection already ended, and the QP is in ERR.
+func TestDaemonCMRTULost(t *testing.T) {
+	rtu := func(f []byte) bool {
+		a, ok := frametest.MADAttr(f)
+		return ok && mad.AttrID(a) == mad.AttrRTU
+	}
+	var fl *fault.Link
+	p := newPairWith(t, stack.Limits{}, func(l stack.Link) stack.Link {
+		fl = fault.Wrap(l, fault.Config{Drop: 1, Only: rtu})
+		return fl
+	})
+	ca, cb := open(t, p.sa), open(t, p.sb)
+	a, b := newEnd(t, ca, 1<<16), newEnd(t, cb, 1<<16)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := cb.Listen(netip.AddrPortFrom(netip.Addr{}, 7473))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	qa, qb := a.qp(t, stack.RC), b.qp(t, stack.RC)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := ca.Dial(ctx, qa.(*client.QP), netip.AddrPortFrom(ipB, 7473), nil)
+		if err == nil {
+			err = c.Close() // at once: the DREQ follows the lost RTU
+		}
+		dialed <- err
+	}()
+	r, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Accept(ctx, qb.(*client.QP), nil)
+	if err != nil {
+		t.Fatalf("accept, the RTU lost and a DREQ come: %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("the accepted connection is not ended")
+	}
+	if !c.NeverEstablished() {
+		t.Error("NeverEstablished false for a connection whose RTU never came")
+	}
+	c.Close()
+	if st := qb.State(); st != stack.StateErr {
+		t.Errorf("the accepting QP in %v, want ERR", st)
+	}
+	if err := <-dialed; err != nil {
+		t.Fatalf("dial and close: %v", err)
+	}
+	if fl.Stats().Dropped == 0 {
+		t.Fatal("no RTU was dropped")
 	}
 }
 

@@ -42,7 +42,18 @@ func newPair(t *testing.T) *pair {
 // newPairLimits is newPair with device limits for b.
 func newPairLimits(t *testing.T, lim stack.Limits) *pair {
 	t.Helper()
-	la, lb := pipe.New(pipe.Config{MTU: 9000})
+	return newPairWith(t, lim, nil)
+}
+
+// newPairWith is newPairLimits with a's link wrapped by wrapA (when not
+// nil: a fault link).
+func newPairWith(t *testing.T, lim stack.Limits, wrapA func(stack.Link) stack.Link) *pair {
+	t.Helper()
+	pa, lb := pipe.New(pipe.Config{MTU: 9000})
+	var la stack.Link = pa
+	if wrapA != nil {
+		la = wrapA(pa)
+	}
 	nb := stack.StaticNeighbors{ipA: macA, ipB: macB}
 	p := &pair{}
 	var err error

@@ -3,17 +3,15 @@ package rdmacm
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/frametest"
 	"github.com/uroce/uroce/link/fault"
 	"github.com/uroce/uroce/link/pipe"
 	"github.com/uroce/uroce/mad"
@@ -253,30 +251,13 @@ func TestCloseSendsDREP(t *testing.T) {
 	}
 }
 
-// dropMAD is a link that loses the first frame it sends of a CM MAD
-// of one attribute.
-type dropMAD struct {
-	stack.Link
-	attr    mad.AttrID
-	dropped atomic.Bool
-	pkt     bth.Packet
-}
-
-func (d *dropMAD) Transmit(frames [][]byte) int {
-	for i, f := range frames {
-		if d.dropped.Load() || bth.Parse(f, &d.pkt) != nil || d.pkt.BTH().DestQP() != stack.GSIQPN {
-			continue
-		}
-		if m := d.pkt.Payload(); len(m) >= 18 && mad.AttrID(binary.BigEndian.Uint16(m[16:])) == d.attr {
-			d.dropped.Store(true)
-			n := d.Link.Transmit(frames[:i])
-			if n < i {
-				return n
-			}
-			return i + 1 + d.Link.Transmit(frames[i+1:])
-		}
+// onlyMAD picks the frames carrying a CM MAD of one attribute (for
+// fault.Config.Only).
+func onlyMAD(attr mad.AttrID) func([]byte) bool {
+	return func(f []byte) bool {
+		a, ok := frametest.MADAttr(f)
+		return ok && mad.AttrID(a) == attr
 	}
-	return d.Link.Transmit(frames)
 }
 
 // A DREQ that comes before the RTU (lost here) tells the passive side
@@ -285,7 +266,7 @@ func (d *dropMAD) Transmit(frames [][]byte) int {
 // RDMA_CM_EVENT_DISCONNECTED follows. Before, Accept failed.
 func TestDREQBeforeRTU(t *testing.T) {
 	pa, pb := pipe.New(pipe.Config{MTU: 1500, Slots: 512})
-	da := &dropMAD{Link: pa, attr: mad.AttrRTU}
+	da := fault.Wrap(pa, fault.Config{Drop: 1, Only: onlyMAD(mad.AttrRTU)})
 	A, B := openLinks(t, da, pb)
 	l, err := Listen(B.dev, port)
 	if err != nil {
@@ -327,7 +308,7 @@ func TestDREQBeforeRTU(t *testing.T) {
 	if err := <-dialed; err != nil {
 		t.Fatalf("dial and close: %v", err)
 	}
-	if !da.dropped.Load() {
+	if da.Stats().Dropped == 0 {
 		t.Fatal("no RTU was dropped")
 	}
 }

@@ -49,3 +49,17 @@ func Seq(f []byte) int {
 	}
 	return int(binary.BigEndian.Uint32(p.Payload()))
 }
+
+// MADAttr returns the attribute ID of the MAD a frame carries to QP1 (a
+// CM REQ, REP, RTU, ...), or false for any other frame.
+func MADAttr(frame []byte) (uint16, bool) {
+	var p bth.Packet
+	if bth.Parse(frame, &p) != nil || p.BTH().DestQP() != 1 {
+		return 0, false
+	}
+	m := p.Payload()
+	if len(m) < 18 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint16(m[16:]), true
+}

@@ -55,6 +55,10 @@ type Config struct {
 	// MaxHeld bounds the frames held at once for delay, reorder and
 	// corruption (default 8192); frames beyond it pass unharmed.
 	MaxHeld int
+	// Only, when set, picks the frames harmed (an RDMA CM RTU, the
+	// requests of one QP): the others pass as they are, not delayed
+	// either, and take no draw from the generator.
+	Only func(frame []byte) bool
 }
 
 // Stats counts what a Link did, in both directions.
@@ -225,12 +229,16 @@ func (f *Link) markCE(b []byte) {
 }
 
 // verdict draws the faults of one frame.
-type verdict struct{ drop, dup, reorder, corrupt, ce bool }
+type verdict struct{ drop, dup, reorder, corrupt, ce, spared bool }
 
-func (f *Link) draw() verdict {
+func (f *Link) draw(fr []byte) verdict {
 	c := &f.cfg
 	f.frames.Add(1)
 	var v verdict
+	if c.Only != nil && !c.Only(fr) {
+		v.spared = true // not even delayed
+		return v
+	}
 	if c.Drop > 0 && f.rng.Float64() < c.Drop {
 		v.drop = true
 		f.dropped.Add(1)
@@ -252,7 +260,7 @@ func (f *Link) harm(fr []byte, v verdict) *heldFrame {
 	if v.ce {
 		f.markCE(fr)
 	}
-	if !v.corrupt && f.cfg.Delay <= 0 && !v.reorder {
+	if v.spared || !v.corrupt && f.cfg.Delay <= 0 && !v.reorder {
 		return nil
 	}
 	h := f.get(fr)
@@ -352,7 +360,7 @@ func (f *Link) Receive(frames [][]byte) int {
 		if n == len(frames) {
 			break // cannot happen: room was counted
 		}
-		v := f.draw()
+		v := f.draw(fr)
 		if v.drop {
 			continue
 		}
@@ -415,7 +423,7 @@ func (f *Link) Transmit(frames [][]byte) int {
 	d := &f.tx
 	out, owned := f.out[:0], f.owned[:0]
 	for _, fr := range frames {
-		v := f.draw()
+		v := f.draw(fr)
 		if v.drop {
 			continue
 		}

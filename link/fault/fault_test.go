@@ -103,6 +103,21 @@ func TestFaultsDropDupReorderCorrupt(t *testing.T) {
 	}
 }
 
+// TestFaultsOnly: with Only, the frames it picks are harmed (here all
+// dropped and delayed) and the others pass at once, untouched, both ways.
+func TestFaultsOnly(t *testing.T) {
+	for _, dir := range []Dir{Transmit, Receive} {
+		odd := func(f []byte) bool { return frametest.Seq(f)%2 == 1 }
+		seqs, _, st := faultRun(t, Config{Drop: 1, Delay: time.Second, Only: odd}, dir, 10, &fakeClock{})
+		if want := []int{0, 2, 4, 6, 8}; !slices.Equal(seqs, want) {
+			t.Errorf("dir %d: received %v, want %v", dir, seqs, want)
+		}
+		if st.Frames != 10 || st.Dropped != 5 || st.Delayed != 0 {
+			t.Errorf("dir %d: stats %+v", dir, st)
+		}
+	}
+}
+
 func TestFaultsDelay(t *testing.T) {
 	clock := &fakeClock{}
 	a, b := pipe.New(pipe.Config{MTU: 1500})
