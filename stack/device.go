@@ -14,6 +14,9 @@ import (
 	"github.com/uroce/uroce/qp"
 )
 
+// DefaultBatch is Config.Batch's default.
+const DefaultBatch = 64
+
 // Config describes a device to open.
 type Config struct {
 	// Interface names a network interface to run on through AF_XDP: its
@@ -68,6 +71,9 @@ type Config struct {
 	// queue's NAPI context in its own recvfrom(2) instead of waiting for
 	// the softirq to fill the RX ring.
 	SocketBusyPoll time.Duration
+	// XDPRingSize is the number of entries of each AF_XDP ring (fill,
+	// completion, RX, TX), a power of two (default xdp.DefaultRingSize).
+	XDPRingSize int
 	// IdleSpin is how long an idle engine keeps polling its link before
 	// it sleeps in Link.Poll (negative: not at all). A frame or a post
 	// within that time costs no wake-up. By default an engine polls 50
@@ -77,7 +83,7 @@ type Config struct {
 	// engines to have work, and their round trips are longer.
 	IdleSpin time.Duration
 	// Batch is the number of frames received or transmitted per link
-	// call (default 64).
+	// call (default DefaultBatch).
 	Batch int
 	// SendWindow bounds the SEND and WRITE packets an RC QP may have
 	// sent and not yet seen acknowledged, in packets of the port's
@@ -257,7 +263,7 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 		cfg.Clock = NewMonotonicClock()
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 64
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.ResolveTimeout <= 0 {
 		cfg.ResolveTimeout = 3 * time.Second

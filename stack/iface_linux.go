@@ -112,7 +112,7 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 			return nil, err
 		}
 		s, err := xdp.Open(xdp.Config{Interface: name, Ifindex: li.index, Queue: q, NeedWakeup: true, MultiBuffer: multi,
-			BusyPoll: cfg.SocketBusyPoll})
+			BusyPoll: cfg.SocketBusyPoll, RingSize: cfg.XDPRingSize})
 		if err != nil {
 			if q > 0 && cfg.Queues == 0 && errors.Is(err, xdp.ErrNoQueue) {
 				break // the driver uses fewer queues than it has

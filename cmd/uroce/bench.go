@@ -74,6 +74,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.XDPMode, "xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
 	fs.BoolVar(&o.BusyPoll, "busy-poll", false, "RoCE engines spin instead of sleeping in poll(2)")
 	fs.DurationVar(&o.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
+	fs.IntVar(&o.Batch, "batch", 0, "frames per link call of the RoCE engines (default 64)")
+	fs.IntVar(&o.RingSize, "ring-size", 0, "entries of each AF_XDP ring, a power of two (default 2048)")
 	fs.BoolVar(&o.NoTCP, "no-kernel", false, "leave out the kernel TCP stream and UDP datagrams of each round")
 	fs.BoolVar(&o.NoExtra, "no-extra", false, "leave out the RC READ and 64-byte message rate phases")
 	jsonOut := fs.Bool("json", false, "the report as JSON")

@@ -215,7 +215,8 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 // flight, from A to B for o.Duration and puts the figures in r's RoCE
 // fields.
 func roceOp(ctx context.Context, pair *netns.Pair, o *LinkOptions, op stack.Opcode, size, window int, r *LinkRound) error {
-	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll, SocketBusyPoll: o.SocketBusyPoll}
+	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll, SocketBusyPoll: o.SocketBusyPoll,
+		Batch: o.Batch, XDPRingSize: o.RingSize}
 	ca, cb := cfg, cfg
 	ca.Interface, cb.Interface = pair.DevA, pair.DevB
 	a, err := openIn(ctx, pair.A, ca)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uroce/uroce/stack"
+	"github.com/uroce/uroce/xdp"
 )
 
 // LinkOptions configure Link.
@@ -36,6 +37,10 @@ type LinkOptions struct {
 	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
 	// (stack.Config.SocketBusyPoll).
 	SocketBusyPoll time.Duration
+	// Batch and RingSize are the RoCE device's frames per link call and
+	// AF_XDP ring entries (stack.Config.Batch, XDPRingSize; 0: the
+	// defaults).
+	Batch, RingSize int
 	// NoTCP leaves out the kernel TCP stream (and UDP datagrams) of each
 	// round; NoExtra the RC READ and 64-byte message rate phases.
 	NoTCP, NoExtra bool
@@ -164,7 +169,15 @@ func (r *LinkReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "uroce bench link: veth pair between two namespaces, MTU %d (RoCE path MTU %d), XDP %s, %d rounds of %v per phase\n",
 		r.MTU, r.PathMTU.Bytes(), mode, len(r.Rounds), r.Duration)
 	fmt.Fprintf(w, "  raw AF_XDP: %d-byte frames (%d-byte payloads), up to %d in flight\n", r.Frame, r.FramePayload, r.RawWindow)
-	fmt.Fprintf(w, "  RC WRITE:   %d-byte messages, %d in flight, engines %s\n", r.Size, r.Window, poll)
+	batch, ring := fmt.Sprint(stack.DefaultBatch), fmt.Sprint(xdp.DefaultRingSize)
+	if r.Batch > 0 {
+		batch = fmt.Sprint(r.Batch)
+	}
+	if r.RingSize > 0 {
+		ring = fmt.Sprint(r.RingSize)
+	}
+	fmt.Fprintf(w, "  RC WRITE:   %d-byte messages, %d in flight, engines %s, %s frames per link call, AF_XDP rings of %s\n",
+		r.Size, r.Window, poll, batch, ring)
 	if !r.NoTCP {
 		fmt.Fprintf(w, "  kernel TCP: one stream from the same namespace to the other, 1 MiB writes\n")
 	}
