@@ -122,6 +122,19 @@ func (c *CM) Done() bool {
 	return c.err != nil || c.state == cmEstablished || c.state == cmClosed
 }
 
+// Closed reports whether the connection has been released (the peer's
+// DREQ answered, or this end's acknowledged).
+func (c *CM) Closed() bool { return c.state == cmClosed }
+
+// Closing is a Player that runs c until the peer releases the
+// connection (its DREQ, answered): the listening end of a replay waits
+// for the client to disconnect first, as the recorded server did.
+func (c *CM) Closing() Player { return closing{c} }
+
+type closing struct{ *CM }
+
+func (c closing) Done() bool { return c.err != nil || c.state == cmClosed }
+
 // Poll implements Player.
 func (c *CM) Poll(t time.Time) ([][]byte, time.Time) {
 	now := c.now(t)

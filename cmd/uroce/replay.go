@@ -471,7 +471,15 @@ func replayListening(ctx context.Context, c *replay.Conversation, me int, live r
 		}
 		return nil, fmt.Errorf("rdma cm on port %d: %w", port, err)
 	}
-	disconnectCM(ctx, l, link, tap)
+	// The client disconnects when its run ends, as the recorded one
+	// did (a DREQ of this end's before it could cut its last message
+	// short); a client that does not is disconnected.
+	wctx, cancel := context.WithTimeout(ctx, max(opt.Timeout, 2*time.Second))
+	replay.Drive(wctx, l.Closing(), link, tap)
+	cancel()
+	if !l.Closed() {
+		disconnectCM(ctx, l, link, tap)
+	}
 	return []*replay.Report{s.Report()}, err
 }
 
