@@ -177,6 +177,16 @@ func (g *group) script() string {
 	return b.String()
 }
 
+// quitOnCancel makes a uroce command that outlives its step end with
+// SIGQUIT instead of SIGKILL: the Go runtime then prints every
+// goroutine's stack into the step's output, which shows where a hang
+// was (ip netns exec execs uroce, so the signal reaches it), and it is
+// killed 10 seconds later if it is still there.
+func quitOnCancel(cmd *exec.Cmd) {
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
+}
+
 func (g *group) timeout() time.Duration {
 	if g.stepTimeout > 0 {
 		return g.stepTimeout
@@ -271,6 +281,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		if g.daemon {
 			cmd = n.Command(sctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, args...)...)
 		}
+		quitOnCancel(cmd)
 		var out, out2 bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
@@ -281,6 +292,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			if g.daemon {
 				also = n.Command(sctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin}, a...)...)
 			}
+			quitOnCancel(also)
 			also.Stdout, also.Stderr = &out2, &out2
 			if err := also.Start(); err != nil {
 				t.Fatalf("step %s: uroce %s: %v", s.name, strings.Join(a, " "), err)
@@ -301,6 +313,7 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			}
 			out.Reset()
 			cmd = exec.CommandContext(sctx, cmd.Path, cmd.Args[1:]...)
+			quitOnCancel(cmd)
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err = cmd.Run()
 		}
