@@ -14,8 +14,15 @@ import (
 	"github.com/uroce/uroce/qp"
 )
 
-// DefaultBatch is Config.Batch's default.
-const DefaultBatch = 64
+// DefaultBatch is Config.Batch's default for links given (the pipe),
+// DefaultXDPBatch for an interface's AF_XDP queues. Measured side by side
+// on a veth pair (copy-mode AF_XDP), 16 frames per call carried RC
+// WRITE and READ 64 KiB faster than 64, with fewer needless loss
+// probes; in memory, 64 did better (README, "Polling and queues").
+const (
+	DefaultBatch    = 64
+	DefaultXDPBatch = 16
+)
 
 // Config describes a device to open.
 type Config struct {
@@ -83,7 +90,7 @@ type Config struct {
 	// engines to have work, and their round trips are longer.
 	IdleSpin time.Duration
 	// Batch is the number of frames received or transmitted per link
-	// call (default DefaultBatch).
+	// call (default DefaultBatch, DefaultXDPBatch on an interface).
 	Batch int
 	// SendWindow bounds the SEND and WRITE packets an RC QP may have
 	// sent and not yet seen acknowledged, in packets of the port's
@@ -264,6 +271,9 @@ func Open(ctx context.Context, cfg Config) (*Device, error) {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
+		if cfg.Interface != "" {
+			cfg.Batch = DefaultXDPBatch
+		}
 	}
 	if cfg.ResolveTimeout <= 0 {
 		cfg.ResolveTimeout = 3 * time.Second

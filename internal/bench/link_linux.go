@@ -216,7 +216,7 @@ func roce(ctx context.Context, pair *netns.Pair, o *LinkOptions, r *LinkRound) e
 // fields.
 func roceOp(ctx context.Context, pair *netns.Pair, o *LinkOptions, op stack.Opcode, size, window int, r *LinkRound) error {
 	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, BusyPoll: o.BusyPoll, SocketBusyPoll: o.SocketBusyPoll,
-		Batch: o.Batch, XDPRingSize: o.RingSize}
+		Batch: o.Batch, XDPRingSize: o.RingSize, SendWindow: o.SendWindow}
 	ca, cb := cfg, cfg
 	ca.Interface, cb.Interface = pair.DevA, pair.DevB
 	a, err := openIn(ctx, pair.A, ca)

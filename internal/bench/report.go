@@ -41,6 +41,9 @@ type LinkOptions struct {
 	// AF_XDP ring entries (stack.Config.Batch, XDPRingSize; 0: the
 	// defaults).
 	Batch, RingSize int
+	// SendWindow is the RC QPs' send window in packets
+	// (stack.Config.SendWindow: 0 adaptive, negative unbounded).
+	SendWindow int
 	// NoTCP leaves out the kernel TCP stream (and UDP datagrams) of each
 	// round; NoExtra the RC READ and 64-byte message rate phases.
 	NoTCP, NoExtra bool
@@ -169,7 +172,7 @@ func (r *LinkReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "uroce bench link: veth pair between two namespaces, MTU %d (RoCE path MTU %d), XDP %s, %d rounds of %v per phase\n",
 		r.MTU, r.PathMTU.Bytes(), mode, len(r.Rounds), r.Duration)
 	fmt.Fprintf(w, "  raw AF_XDP: %d-byte frames (%d-byte payloads), up to %d in flight\n", r.Frame, r.FramePayload, r.RawWindow)
-	batch, ring := fmt.Sprint(stack.DefaultBatch), fmt.Sprint(xdp.DefaultRingSize)
+	batch, ring := fmt.Sprint(stack.DefaultXDPBatch), fmt.Sprint(xdp.DefaultRingSize)
 	if r.Batch > 0 {
 		batch = fmt.Sprint(r.Batch)
 	}
