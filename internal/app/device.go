@@ -44,6 +44,9 @@ type DeviceFlags struct {
 	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
 	// (stack.Config.SocketBusyPoll).
 	SocketBusyPoll time.Duration
+	// Batch is the frames per link call of the engines
+	// (stack.Config.Batch; 0: the stack's default for an interface).
+	Batch int
 	// Daemon, when set, runs the tool on the uroce daemon's device
 	// instead of opening the interface: -d then names the daemon's
 	// device (default uroce0), and Daemon is the socket (or "true" for
@@ -75,6 +78,7 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.SendWindow, "send-window", DefaultSendWindow, "request packets an RC QP may have unacknowledged (0: the stack's default, -1: no bound)")
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
 	fs.DurationVar(&f.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
+	fs.IntVar(&f.Batch, "batch", 0, "frames per link call of the engines (0: the default, 16 on an interface)")
 	fs.Var(&f.Daemon, "daemon", "run on the uroce daemon's device (--daemon=SOCKET for another socket); -d names the device")
 	f.Congestion.Register(fs)
 }
@@ -108,6 +112,7 @@ var deviceHelp = [][2]string{
 	{"--xdp-mode=MODE", "auto, native or generic"},
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
 	{"--socket-busy-poll=D", "kernel busy polling of the AF_XDP sockets, D per poll (SO_BUSY_POLL; with --busy-poll or the spin before sleeping)"},
+	{"--batch=N", "frames per link call of the engines (default 16)"},
 	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
 	{"--ce=P, --rx-ce=P", "mark ECN-capable frames sent/received congestion experienced, as a congested switch does"},
 	{"--stats", "print the device and AF_XDP counters at the end"},
@@ -157,8 +162,8 @@ func (f *DeviceFlags) Faulty() bool {
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if sock := f.Socket(); sock != "" {
-		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.XDPMode != "" || f.Congestion.Changed() {
-			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
+		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.Batch != 0 || f.XDPMode != "" || f.Congestion.Changed() {
+			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --batch, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
 		}
 		return openDaemon(ctx, sock)
 	}
@@ -170,8 +175,11 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
 		}
 	}
+	if f.Batch < 0 {
+		return nil, fmt.Errorf("--batch %d: want a number of frames, or 0 for the default", f.Batch)
+	}
 	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
-		SocketBusyPoll: f.SocketBusyPoll}
+		SocketBusyPoll: f.SocketBusyPoll, Batch: f.Batch}
 	if err := f.Congestion.Apply(&cfg); err != nil {
 		return nil, err
 	}
