@@ -26,17 +26,27 @@ func TestStockClient(t *testing.T) {
 		"write-ack":                "error: the peer is the responder",
 		"ud-qkey-high-bit":         "error: needs a UD QP",
 	}
+	checkCommands(t, all, want, func(sc *Scenario) (string, error) {
+		c, err := sc.StockClient()
+		return c.Command("rxe0", "1"), err
+	})
+}
+
+// checkCommands checks the command line (or "error: " and the reason)
+// that cmd gives for each scenario want names: an error must start with
+// the text wanted, a command line be it.
+func checkCommands(t *testing.T, all []*Scenario, want map[string]string, cmd func(*Scenario) (string, error)) {
+	t.Helper()
 	for _, sc := range all {
 		w, ok := want[sc.Name]
 		if !ok {
 			continue
 		}
-		c, err := sc.StockClient()
-		got := c.Command("rxe0", "1")
+		got, err := cmd(sc)
 		if err != nil {
 			got = "error: " + err.Error()
 		}
-		if !strings.HasPrefix(got, w) {
+		if !strings.HasPrefix(got, w) || err == nil && got != w {
 			t.Errorf("%s: %q, want %q", sc.Name, got, w)
 		}
 		delete(want, sc.Name)
@@ -237,24 +247,10 @@ func TestPeerProgram(t *testing.T) {
 		"gsi-qkey":                 "error: needs the peer's QP1 or its receive completions",
 		"ud-qkey-match":            "error: needs the peer's QP1 or its receive completions",
 	}
-	for _, sc := range all {
-		w, ok := want[sc.Name]
-		if !ok {
-			continue
-		}
+	checkCommands(t, all, want, func(sc *Scenario) (string, error) {
 		p, err := sc.PeerProgram()
-		got := p.Command("rxe0", "1", ServeRKey, ServeVA)
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if !strings.HasPrefix(got, w) || err == nil && got != w {
-			t.Errorf("%s: %q, want %q", sc.Name, got, w)
-		}
-		delete(want, sc.Name)
-	}
-	if len(want) > 0 {
-		t.Errorf("not in the catalogue: %v", want)
-	}
+		return p.Command("rxe0", "1", ServeRKey, ServeVA), err
+	})
 	bad, err := Parse(strings.NewReader("scenario x\nrule r\nibta 1\npeer send len=64 qkey=own\nexpect ud_send_only qkey=own len=64\n"), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -334,22 +330,8 @@ func TestPeerServer(t *testing.T) {
 		"gsi-qkey":              "error: talks to the peer's QP1",
 		"requester-implied-ack": "error: the peer is the requester",
 	}
-	for _, sc := range all {
-		w, ok := want[sc.Name]
-		if !ok {
-			continue
-		}
+	checkCommands(t, all, want, func(sc *Scenario) (string, error) {
 		p, err := sc.PeerServer()
-		got := p.Command("rxe0", "1")
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if !strings.HasPrefix(got, w) || err == nil && got != w {
-			t.Errorf("%s: %q, want %q", sc.Name, got, w)
-		}
-		delete(want, sc.Name)
-	}
-	if len(want) > 0 {
-		t.Errorf("not in the catalogue: %v", want)
-	}
+		return p.Command("rxe0", "1"), err
+	})
 }

@@ -71,6 +71,25 @@ func (sv *server) accept(name string) (net.Conn, error) {
 	}
 }
 
+// servePSN is the first PSN of the served QP's requests.
+const servePSN = 0x10
+
+// client says which command line the user is to run on the peer, waits
+// for that client (accept), and returns its connection and the local
+// end of the scenario's QP: a QPN of its own for each scenario, so that
+// late packets of an earlier one are not its.
+func (sv *server) client(name, command string) (net.Conn, replay.Endpoint, error) {
+	fmt.Fprintf(sv.stderr, "uroce conform: %s: waiting on port %d for the peer's `%s ADDRESS`\n", name, sv.pf.port, command)
+	nc, err := sv.accept(name)
+	if err != nil {
+		return nil, replay.Endpoint{}, err
+	}
+	sv.n++
+	local := sv.rp.local
+	local.QPN = uint32(0x100 + sv.n)
+	return nc, local, nil
+}
+
 // runPeerProgram serves scenario s to conform_peer: ibv_rc_pingpong's
 // exchange (the program is its client), then the scenario, and a plain
 // responder until the program closes the connection, when its
@@ -82,24 +101,18 @@ func (sv *server) runPeerProgram(s *conform.Scenario, tap func([]byte, bool)) (c
 		res.Skipped = err.Error()
 		return res, nil
 	}
-	fmt.Fprintf(sv.stderr, "uroce conform: %s: waiting on port %d for the peer's `%s ADDRESS`\n", s.Name, sv.pf.port,
-		prog.Command("DEV", "GID-INDEX", conform.ServeRKey, conform.ServeVA))
-	nc, err := sv.accept(s.Name)
+	nc, local, err := sv.client(s.Name, prog.Command("DEV", "GID-INDEX", conform.ServeRKey, conform.ServeVA))
 	if err != nil {
 		return res, err
 	}
 	defer nc.Close()
-	sv.n++
-	const psn = 0x10
-	local := sv.rp.local
-	local.QPN = uint32(0x100 + sv.n) // a QPN of its own: late packets of an earlier scenario are not its
-	remote, err := pingpong.Server(sv.ctx, nc, []pingpong.Dest{{QPN: local.QPN, PSN: psn, GID: local.IP.As16()}}, 1, nil)
+	remote, err := pingpong.Server(sv.ctx, nc, []pingpong.Dest{{QPN: local.QPN, PSN: servePSN, GID: local.IP.As16()}}, 1, nil)
 	if err != nil {
 		return res, fmt.Errorf("%s: the exchange with conform_peer: %w", s.Name, err)
 	}
 	peer := sv.rp.peer
 	peer.QPN = remote[0].QPN
-	env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
+	env := conform.Env{Local: local, Peer: peer, PSN: servePSN, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
 		Timeout: sv.timeout, PeerPSN: bth.PSN(remote[0].PSN & bth.PSNMask), MTU: 1024, Tail: true,
 		QKey: conform.PeerProgramQKey, PostsAhead: true,
 		// conform_peer posts every request at once, after the exchange.
@@ -139,17 +152,11 @@ func (sv *server) run(s *conform.Scenario, tap func([]byte, bool)) (conform.Resu
 		res.Skipped = fmt.Sprintf("its peer runs %s, not %s", client.Tool, sv.tool)
 		return res, nil
 	}
-	fmt.Fprintf(sv.stderr, "uroce conform: %s: waiting on port %d for the peer's `%s ADDRESS`\n", s.Name, sv.pf.port,
-		client.Command("DEV", "GID-INDEX"))
-	nc, err := sv.accept(s.Name)
+	nc, local, err := sv.client(s.Name, client.Command("DEV", "GID-INDEX"))
 	if err != nil {
 		return res, err
 	}
 	defer nc.Close()
-	sv.n++
-	const psn = 0x10
-	local := sv.rp.local
-	local.QPN = uint32(0x100 + sv.n) // a QPN of its own: late packets of an earlier scenario are not its
 	mtu := perftest.MTU1024
 	exchanged := make(chan struct{})
 	drove := make(chan error, 1)
@@ -157,12 +164,12 @@ func (sv *server) run(s *conform.Scenario, tap func([]byte, bool)) (conform.Resu
 	_, xerr := perftest.Run(sv.ctx, nc, perftest.Config{Tool: tool, Role: perftest.Server}, perftest.Params{MTU: mtu}, perftest.Hooks{
 		Agreed: func(a perftest.Agreed) (int, error) { mtu = a.MTU; return 0, nil },
 		Local: func(perftest.Agreed) ([]perftest.Dest, error) {
-			return []perftest.Dest{{QPN: local.QPN, PSN: psn, GID: local.IP.As16(), RKey: conform.ServeRKey, VAddr: conform.ServeVA, OutReads: 16}}, nil
+			return []perftest.Dest{{QPN: local.QPN, PSN: servePSN, GID: local.IP.As16(), RKey: conform.ServeRKey, VAddr: conform.ServeVA, OutReads: 16}}, nil
 		},
 		Connect: func(r []perftest.Dest) error {
 			peer := sv.rp.peer
 			peer.QPN = r[0].QPN
-			env := conform.Env{Local: local, Peer: peer, PSN: psn, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
+			env := conform.Env{Local: local, Peer: peer, PSN: servePSN, RKey: conform.ServeRKey, VA: conform.ServeVA, Region: conform.ServeRegion,
 				Timeout: sv.timeout, PeerPSN: bth.PSN(r[0].PSN & bth.PSNMask), MTU: mtu.Bytes(), Tail: true,
 				// The stock client posts its requests itself once its run starts.
 				PeerPost: func(*conform.Pkt) error { return nil }}

@@ -25,16 +25,7 @@ import (
 // successfully otherwise.
 func TestConformPeerUroce(t *testing.T) {
 	bin := buildConformPeer(t)
-	all, err := conform.Catalogue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := conform.Results("uroce")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNetDaemons(t, 1500, false)
-	n.Start(1)
+	all, want, n := conformNet(t)
 	ran := 0
 	for _, sc := range all {
 		p, err := sc.PeerProgram()
@@ -54,28 +45,14 @@ func TestConformPeerUroce(t *testing.T) {
 			case sc.RNRRetry >= 0:
 				status = "RNR retry counter exceeded"
 			}
-			var cli *run
-			for tries := 0; ; tries++ {
-				time.Sleep(200 * time.Millisecond)
-				cli = n.stockTool(1, append(args, n.IP[0].String())...)
-				err := cli.wait(t, time.Minute)
-				if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
-					if (err != nil) != (status != "success") {
-						t.Errorf("conform_peer: %v\n%s", err, cli.out.String())
-					}
-					break
-				}
+			cli, err := retryClient(t, n, args)
+			if (err != nil) != (status != "success") {
+				t.Errorf("conform_peer: %v\n%s", err, cli.out.String())
 			}
 			if err := srv.wait(t, time.Minute); (err != nil) == want[sc.Name].Pass {
 				t.Errorf("uroce conform: %v\n%s", err, srv.out.String())
 			}
-			res := "PASS"
-			if !want[sc.Name].Pass {
-				res = "FAIL"
-			}
-			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sc.Name) + ` +` + res + ` `).MatchString(srv.out.String()) {
-				t.Errorf("want %s:\n%s", res, srv.out.String())
-			}
+			checkOutcome(t, sc.Name, want, srv.out.String(), cli.out.String())
 			if c := strings.Count(cli.out.String(), ": "+status+"\n"); c != len(p.Ops) {
 				t.Errorf("%d of conform_peer's %d operations ended with %q:\n%s", c, len(p.Ops), status, cli.out.String())
 			}
@@ -118,16 +95,7 @@ func buildConformPeer(t *testing.T) string {
 // results table (conform/results/uroce.txt).
 func TestConformPeerServerUroce(t *testing.T) {
 	bin := buildConformPeer(t)
-	all, err := conform.Catalogue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := conform.Results("uroce")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNetDaemons(t, 1500, false)
-	n.Start(1)
+	all, want, n := conformNet(t)
 	ran := 0
 	for _, sc := range all {
 		ps, err := sc.PeerServer()
@@ -146,13 +114,7 @@ func TestConformPeerServerUroce(t *testing.T) {
 			if err := srv.wait(t, time.Minute); err != nil {
 				t.Errorf("conform_peer -S: %v\n%s", err, srv.out.String())
 			}
-			res := "PASS"
-			if !want[sc.Name].Pass {
-				res = "FAIL"
-			}
-			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sc.Name) + ` +` + res + ` `).MatchString(cli.out.String()) {
-				t.Errorf("want %s:\n%s\nconform_peer:\n%s", res, cli.out.String(), srv.out.String())
-			}
+			checkOutcome(t, sc.Name, want, cli.out.String(), srv.out.String())
 		})
 	}
 	if ran < 20 {
@@ -170,16 +132,7 @@ func TestConformServeUroce(t *testing.T) {
 	if !haveLib {
 		t.Skip("skipping: " + libErr)
 	}
-	all, err := conform.Catalogue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := conform.Results("uroce")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNetDaemons(t, 1500, false)
-	n.Start(1)
+	all, want, n := conformNet(t)
 	ran := 0
 	for _, sc := range all {
 		c, err := sc.StockClient()
@@ -191,29 +144,62 @@ func TestConformServeUroce(t *testing.T) {
 			srv := n.launchRoot(0, "conform", "-d", n.Dev[0], "--xdp-mode", "generic", "--serve",
 				"-k", "^"+regexp.QuoteMeta(sc.Name)+"$", "--timeout", "2s", n.IP[1].String())
 			args := strings.Fields(c.Command("uroce0", "1"))
-			var cli *run
-			for tries := 0; ; tries++ {
-				time.Sleep(200 * time.Millisecond)
-				cli = n.stockTool(1, append(args, n.IP[0].String())...)
-				err := cli.wait(t, time.Minute)
-				if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
-					if err != nil {
-						t.Errorf("%s: %v\n%s", c.Tool, err, cli.out.String())
-					}
-					break
-				}
+			cli, err := retryClient(t, n, args)
+			if err != nil {
+				t.Errorf("%s: %v\n%s", c.Tool, err, cli.out.String())
 			}
 			srv.wait(t, time.Minute)
-			res := "PASS"
-			if !want[sc.Name].Pass {
-				res = "FAIL"
-			}
-			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sc.Name) + ` +` + res + ` `).MatchString(srv.out.String()) {
-				t.Errorf("want %s:\n%s\n%s:\n%s", res, srv.out.String(), c.Tool, cli.out.String())
-			}
+			checkOutcome(t, sc.Name, want, srv.out.String(), cli.out.String())
 		})
 	}
 	if ran < 4 {
 		t.Errorf("%d requester scenarios have a stock client", ran)
+	}
+}
+
+// conformNet is what the conformance tests share: the catalogue, uroce's
+// results table, and a veth pair whose end 1 runs a daemon (end 0 is
+// uroce conform's, raw).
+func conformNet(t *testing.T) ([]*conform.Scenario, map[string]conform.Expected, *net2) {
+	t.Helper()
+	all, err := conform.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := conform.Results("uroce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNetDaemons(t, 1500, false)
+	n.Start(1)
+	return all, want, n
+}
+
+// checkOutcome fails t unless uroce conform's output shows scenario
+// name's outcome in uroce's results table; peer is the live peer's
+// output, shown with a failure.
+func checkOutcome(t *testing.T, name string, want map[string]conform.Expected, out, peer string) {
+	t.Helper()
+	res := "PASS"
+	if !want[name].Pass {
+		res = "FAIL"
+	}
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `).MatchString(out) {
+		t.Errorf("want %s:\n%s\nthe peer:\n%s", res, out, peer)
+	}
+}
+
+// retryClient runs args on daemon 1 through uroce run, again while the
+// server on end 0 does not listen yet ("Couldn't connect to"), and
+// returns the last run.
+func retryClient(t *testing.T, n *net2, args []string) (*run, error) {
+	t.Helper()
+	for tries := 0; ; tries++ {
+		time.Sleep(200 * time.Millisecond)
+		cli := n.stockTool(1, append(args, n.IP[0].String())...)
+		err := cli.wait(t, time.Minute)
+		if err == nil || tries == 20 || !strings.Contains(cli.out.String(), "Couldn't connect to ") {
+			return cli, err
+		}
 	}
 }

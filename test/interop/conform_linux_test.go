@@ -72,20 +72,13 @@ func conformRxe(t *testing.T, kernel string) {
 		default:
 			tool, guest = "ib_write_bw", "ib_write_bw -d rxe0 -x 1 -n 5 -s 64"
 		}
-		w, ok := want[sc.Name]
-		if !ok {
-			t.Fatalf("no rxe result for %s in conform/results/%s.txt", sc.Name, table)
-		}
-		exit, line := 0, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(sc.Name)+` +PASS `)
-		if !w.Pass {
-			exit, line = 1, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(sc.Name)+` +FAIL `)
-		}
+		_, exit, res, line := expectFor(t, sc.Name, want)
 		name := sc.Name
 		steps = append(steps, step{name: "conform-" + name, guest: guest, uroceExit: exit, badFrames: sendsBadICRC(sc),
 			uroce: append([]string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--timeout", "2s"}, append(peerArgs, tool)...),
 			check: func(t *testing.T, g, u string) {
 				if !line.MatchString(u) {
-					t.Errorf("%s: want %s:\n%s", name, map[bool]string{true: "PASS", false: "FAIL"}[w.Pass], u)
+					t.Errorf("%s: want %s:\n%s", name, res, u)
 				}
 			},
 			// The scenarios make NAKs, gaps and drops on purpose; only
@@ -131,16 +124,8 @@ func conformPeerProgram(t *testing.T, sc *conform.Scenario, want map[string]conf
 		t.Logf("%s: skipped: conform_peer: %v", sc.Name, err)
 		return step{}, false
 	}
-	w, ok := want[sc.Name]
-	if !ok {
-		t.Fatalf("no rxe result for %s in the results table", sc.Name)
-	}
-	exit, res := 0, "PASS"
-	if !w.Pass {
-		exit, res = 1, "FAIL"
-	}
+	w, exit, res, line := expectFor(t, sc.Name, want)
 	name := sc.Name
-	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
 	// The catalogue's scenarios that set the peer's retry counts answer
 	// its request never (or with RNR NAKs only): it must fail with the
 	// count exceeded, and conform_peer then exits 1. Otherwise every
@@ -183,16 +168,8 @@ func conformRequester(t *testing.T, sc *conform.Scenario, want map[string]confor
 		t.Logf("%s: skipped: %v", sc.Name, err)
 		return step{}, false
 	}
-	w, ok := want[sc.Name]
-	if !ok {
-		t.Fatalf("no rxe result for %s in the results table", sc.Name)
-	}
-	exit, res := 0, "PASS"
-	if !w.Pass {
-		exit, res = 1, "FAIL"
-	}
+	_, exit, res, line := expectFor(t, sc.Name, want)
 	name := sc.Name
-	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
 	return step{name: "conform-" + name, guest: c.Command("rxe0", "1"), guestClient: true, uroceExit: exit,
 		uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--serve", "--timeout", "2s"},
 		check: func(t *testing.T, g, u string) {
@@ -206,6 +183,22 @@ func conformRequester(t *testing.T, sc *conform.Scenario, want map[string]confor
 				t.Errorf("%s: %d frames with a bad ICRC: %s", name, f.counts.ICRCBad, f)
 			}
 		}}, true
+}
+
+// expectFor returns a scenario's outcome in rxe's results table, the
+// exit status of `uroce conform` running it alone, PASS or FAIL, and
+// the line it prints for it.
+func expectFor(t *testing.T, name string, want map[string]conform.Expected) (conform.Expected, int, string, *regexp.Regexp) {
+	t.Helper()
+	w, ok := want[name]
+	if !ok {
+		t.Fatalf("no rxe result for %s in the results table", name)
+	}
+	exit, res := 0, "PASS"
+	if !w.Pass {
+		exit, res = 1, "FAIL"
+	}
+	return w, exit, res, regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
 }
 
 func countBadICRC(sc *conform.Scenario) int {
@@ -232,16 +225,8 @@ func conformPeerServer(t *testing.T, sc *conform.Scenario, want map[string]confo
 		t.Logf("%s: skipped: conform_peer -S: %v", sc.Name, err)
 		return step{}, false
 	}
-	w, ok := want[sc.Name]
-	if !ok {
-		t.Fatalf("no rxe result for %s in the results table", sc.Name)
-	}
-	exit, res := 0, "PASS"
-	if !w.Pass {
-		exit, res = 1, "FAIL"
-	}
+	_, exit, res, line := expectFor(t, sc.Name, want)
 	name := sc.Name
-	line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +` + res + ` `)
 	return step{name: "conform-" + name, guest: "/tmp/" + p.Command("rxe0", "1"), uroceExit: exit, badFrames: sendsBadICRC(sc),
 		uroce: []string{"conform", "-k", "^" + regexp.QuoteMeta(name) + "$", "--conform-peer", "--timeout", "2s"},
 		check: func(t *testing.T, g, u string) {
