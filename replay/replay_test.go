@@ -398,6 +398,63 @@ func TestSelfPeer(t *testing.T) {
 	}
 }
 
+// TestSelfPeerFaults replays every capture at the self peer with the
+// played end's first packet dropped: each replay ends (the missing
+// answers given up after the timeout, never a hang), counts the drop,
+// and, when that packet was an RC request, does not agree with the
+// recording.
+func TestSelfPeerFaults(t *testing.T) {
+	var files []string
+	for _, g := range []string{"../pcaps/rxe-6.1/*.pcap", "../../shared/pcaps/rxe-6.1/*.pcap"} {
+		m, _ := filepath.Glob(g)
+		files = append(files, m...)
+	}
+	if len(files) == 0 {
+		t.Skip("no captures")
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		for _, c := range load(t, f) {
+			me := c.Initiator()
+			t.Run(name+"/"+c.Ends[me].String(), func(t *testing.T) {
+				sp, err := NewSelfPeer(c, me)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sp.Close()
+				opt := Options{Timeout: 300 * time.Millisecond, AnswersOnly: true, Faults: Faults{Drop: map[int]bool{1: true}}}
+				if c.Adverts != AdvertNone {
+					opt.PeerSend = sp.PeerSend
+					opt.Tolerate = map[string]bool{"resent": true}
+				}
+				s, err := NewSession(c, me, sp.Live, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				r, err := Run(ctx, s, sp.Link, nil)
+				if err != nil {
+					t.Fatalf("the replay did not end: %v", err)
+				}
+				if r.Dropped != 1 {
+					t.Errorf("%d dropped, want 1", r.Dropped)
+				}
+				for i := range c.Packets {
+					if p := &c.Packets[i]; p.From == me {
+						// UC and UD are answered by nothing on the wire:
+						// a datagram lost shows in no answer.
+						if p.Request() && c.Transport == bth.TransportRC && r.Agree {
+							t.Error("the first request dropped, and the live answers agree with the recording")
+						}
+						break
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestLoadBadInput: what is not a capture, or has no conversation, is
 // refused with an error.
 func TestLoadBadInput(t *testing.T) {
