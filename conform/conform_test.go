@@ -351,3 +351,22 @@ expect ud_send_only qp=1 psn=any qkey=0x80010000 mad=cm_rej
 		}
 	}
 }
+
+// TestParseResults: every checked-in table parses (each scenario listed
+// once); a name listed twice, or a line of another form, is refused.
+func TestParseResults(t *testing.T) {
+	for _, peer := range []string{"uroce", "rxe-6.1", "rxe-6.12"} {
+		if _, err := Results(peer); err != nil {
+			t.Errorf("%s: %v", peer, err)
+		}
+	}
+	for _, bad := range []string{"a pass\na pass\n", "a passes\n", "a deviates\n"} {
+		if _, err := ParseResults(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q taken", bad)
+		}
+	}
+	m, err := ParseResults(strings.NewReader("# a table\na pass\nb deviates it does not\n"))
+	if err != nil || !m["a"].Pass || m["b"].Pass || m["b"].Why != "it does not" {
+		t.Errorf("%v %v", m, err)
+	}
+}

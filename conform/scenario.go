@@ -425,6 +425,9 @@ func ParseResults(r io.Reader) (map[string]Expected, error) {
 		if len(f) == 0 {
 			continue
 		}
+		if _, dup := m[f[0]]; dup {
+			return nil, fmt.Errorf("line %d: %s listed twice", line, f[0])
+		}
 		switch {
 		case len(f) == 2 && f[1] == "pass":
 			m[f[0]] = Expected{Pass: true}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,10 @@ The peer:
                        recorded run's flags (-n, -s; -x for the GID)
     --pingpong         the exchange of ibv_rc/uc/ud_pingpong running as
                        server on PEER, with the recorded run's flags
+      --srq            ibv_srq_pingpong's (256 address messages, one per
+                       QP slot): every RC conversation of the capture
+                       between the two ends is played at once, one
+                       report each (the server run with the recorded -q)
     --rdma-cm PORT     RDMA CM (REQ, REP, RTU on QP1, as an rdma_cm
                        client) with a listener on PORT of PEER (a
                        ucmatose, rping or perftest -R server started
@@ -122,6 +127,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var pf peerFlags
 	pf.register(fs)
 	pp := fs.Bool("pingpong", false, "")
+	srq := fs.Bool("srq", false, "")
 	cmPort := fs.Int("rdma-cm", 0, "")
 	listenWait := fs.Duration("wait", 60*time.Second, "")
 	destQPN := fs.String("dest-qpn", "", "")
@@ -167,6 +173,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return bad("--qpn %q: %v", *qpn, err)
 		}
 		q = v
+	}
+	if *srq && q < 0 && len(convs) > 0 {
+		q = int64(convs[0].Ends[0].QPN) // every QP's conversation plays: any names them
 	}
 	c, err := replay.Select(convs, q)
 	if err != nil {
@@ -264,6 +273,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if ways != 1 {
 			return bad("set the peer's QP up one way: --perftest TOOL, --pingpong, --rdma-cm PORT or --dest-qpn N\n%s", replayUsage)
 		}
+		if *srq && !*pp {
+			return bad("--srq goes with --pingpong: ibv_srq_pingpong's exchange")
+		}
 		if *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient {
 			if len(parts) > 1 {
 				return bad("--rdma-cm with --side %s: the listening end of several conversations (%d, as perftest -R's) cannot be played; play the end that sent the REQ",
@@ -312,6 +324,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 						live.VA, live.VASet = r.VAddr, true
 						return play(live)
 					}, func(err error) { fmt.Fprintf(stderr, "uroce replay: %v\n", err) })
+			}
+		case *pp && *srq:
+			all := srqParts(convs, c, me)
+			staged = func() ([]*replay.Report, error) {
+				return replaySRQ(ctx, addr, all, c.Ends[me].IP, gid, live, link, tap, opt)
 			}
 		case *pp:
 			establish = func(play func(replay.Live) error) error {
@@ -481,6 +498,79 @@ func replayListening(ctx context.Context, c *replay.Conversation, me int, live r
 		disconnectCM(ctx, l, link, tap)
 	}
 	return []*replay.Report{s.Report()}, err
+}
+
+// srqParts returns the RC conversations of the capture between the two
+// ends of c (ibv_srq_pingpong's QPs), ordered by the QPN of the end at
+// c's end me's address: the order of the stock client's address
+// messages (its QPs as it created them).
+func srqParts(convs []*replay.Conversation, c *replay.Conversation, me int) []*replay.Conversation {
+	ip, peer := c.Ends[me].IP, c.Ends[1-me].IP
+	var out []*replay.Conversation
+	for _, x := range convs {
+		if x.Transport != bth.TransportRC {
+			continue
+		}
+		if (x.Ends[0].IP == ip && x.Ends[1].IP == peer) || (x.Ends[1].IP == ip && x.Ends[0].IP == peer) {
+			out = append(out, x)
+		}
+	}
+	qpn := func(x *replay.Conversation) uint32 {
+		if x.Ends[0].IP == ip {
+			return x.Ends[0].QPN
+		}
+		return x.Ends[1].QPN
+	}
+	sort.Slice(out, func(i, j int) bool { return qpn(out[i]) < qpn(out[j]) })
+	return out
+}
+
+// replaySRQ plays the end at ip of every conversation in parts at the
+// ibv_srq_pingpong server at addr: one address message per conversation
+// (the recorded QPN and first PSN), padded to the tool's 256, the
+// server's i-th answer for the i-th conversation, all played at once.
+func replaySRQ(ctx context.Context, addr string, parts []*replay.Conversation, ip netip.Addr, gid [16]byte, base replay.Live,
+	link stack.Link, tap func([]byte, bool), opt replay.Options) ([]*replay.Report, error) {
+	if len(parts) > pingpong.SRQMessages {
+		return nil, fmt.Errorf("%d conversations: ibv_srq_pingpong has %d QP slots", len(parts), pingpong.SRQMessages)
+	}
+	mes := make([]int, len(parts))
+	dests := make([]pingpong.Dest, len(parts))
+	for i, c := range parts {
+		if c.Ends[1].IP == ip {
+			mes[i] = 1
+		}
+		rec := c.Recorded(mes[i])
+		dests[i] = pingpong.Dest{QPN: rec.QPN, PSN: uint32(rec.PSN), GID: gid}
+	}
+	nc, err := dialExchange(ctx, addr, "the ibv_srq_pingpong server")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	remote, err := pingpong.Client(ectx, nc, dests, pingpong.SRQMessages)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	g := &replay.Group{}
+	for i, c := range parts {
+		live := base
+		live.Local.QPN = dests[i].QPN
+		live.Peer.QPN, live.PeerPSN = remote[i].QPN, int64(remote[i].PSN)
+		s, err := replay.NewSession(c, mes[i], live, opt)
+		if err != nil {
+			return nil, err
+		}
+		g.Sessions = append(g.Sessions, s)
+	}
+	err = replay.Drive(ctx, g, link, tap)
+	var reps []*replay.Report
+	for _, s := range g.Sessions {
+		reps = append(reps, s.Report())
+	}
+	return reps, err
 }
 
 // replayStaged plays several conversations of one capture at the peer

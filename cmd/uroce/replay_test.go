@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/replay"
 )
 
 const sendLat = "../../pcaps/rxe-6.1/send_lat-uroce_client.pcap"
@@ -87,5 +88,43 @@ func TestReplayAdvertsList(t *testing.T) {
 	code, _, errOut := runArgs("replay", "-d", "nosuch0", "--rdma-cm", "18515", "--qpn", "0x12", "--side", "b", path, "192.0.2.1")
 	if code != 2 || !strings.Contains(errOut, "the listening end of several conversations (2") {
 		t.Errorf("the listening end of perftest -R: exit %d: %s", code, errOut)
+	}
+}
+
+// TestSRQParts: ibv_srq_pingpong's conversations are played together, in
+// the order of the client's QPNs (its address messages' order); --srq
+// needs --pingpong.
+func TestSRQParts(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "pcaps", "rxe-6.1", "srq_pingpong-uroce_client.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs, _, err := replay.Load(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := convs[0]
+	me := 0
+	if c.Ends[1].IP.String() == "192.0.2.3" {
+		me = 1
+	}
+	parts := srqParts(convs, c, me)
+	if len(parts) != 2 {
+		t.Fatalf("%d conversations, want 2", len(parts))
+	}
+	var qpns []uint32
+	for _, p := range parts {
+		for _, e := range p.Ends {
+			if e.IP.String() == "192.0.2.3" {
+				qpns = append(qpns, e.QPN)
+			}
+		}
+	}
+	if len(qpns) != 2 || qpns[0] != 0x11 || qpns[1] != 0x12 {
+		t.Errorf("the client's QPNs in order: %#x, want 0x11 0x12", qpns)
+	}
+	if code, _, errOut := runArgs("replay", "-d", "nosuch0", "--srq", "--dest-qpn", "5", sendLat, "192.0.2.1"); code != 2 || !strings.Contains(errOut, "--srq goes with --pingpong") {
+		t.Errorf("--srq without --pingpong: exit %d: %s", code, errOut)
 	}
 }

@@ -61,6 +61,21 @@ func TestReplayRxe(t *testing.T) {
 		}
 		steps = append(steps, replayStep("replay-"+c.capture, c.tool+" -d rxe0 "+c.flags, c.capture, 0, agrees, how...))
 	}
+	// ibv_srq_pingpong: its exchange of 256 address messages, both QPs'
+	// conversations played at once, a report each; rxe's own run and
+	// uroce's client of a run with rxe.
+	twoAgree := func(t *testing.T, out string) {
+		t.Helper()
+		if n := strings.Count(out, "the live peer agrees with the recording"); n != 2 {
+			t.Errorf("want both QPs' conversations to agree, %d do:\n%s", n, out)
+		}
+	}
+	steps = append(steps, replayStep("replay-srq_pingpong", "ibv_srq_pingpong -d rxe0 -g 1 -n 5 -s 64 -q 2", "srq_pingpong.pcap", 0,
+		twoAgree, "--pingpong", "--srq"))
+	srqOwn := replayStep("replay-own-srq_pingpong-uroce_client.pcap", "ibv_srq_pingpong -d rxe0 -g 1 -c -n 4 -s 64 -q 2", "", 0,
+		twoAgree, "--pingpong", "--srq")
+	srqOwn.uroce[len(srqOwn.uroce)-1] = filepath.Join("..", "..", "pcaps", "rxe-6.1", "srq_pingpong-uroce_client.pcap")
+	steps = append(steps, srqOwn)
 	// SEND_ONLY with a pad count of 3 (13-byte messages).
 	steps = append(steps, replayStep("replay-rc_pingpong_pad", "ibv_rc_pingpong -d rxe0 -g 1 -n 3 -s 13", "rc_pingpong_pad.pcap", 0, agrees, "--pingpong"))
 	for _, tr := range []string{"rc", "uc", "ud"} {
