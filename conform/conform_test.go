@@ -9,6 +9,7 @@ import (
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/mad"
+	"github.com/uroce/uroce/stack"
 )
 
 // TestCatalogueSelf: uroce as a responder passes every scenario its
@@ -368,5 +369,78 @@ func TestParseResults(t *testing.T) {
 	m, err := ParseResults(strings.NewReader("# a table\na pass\nb deviates it does not\n"))
 	if err != nil || !m["a"].Pass || m["b"].Pass || m["b"].Why != "it does not" {
 		t.Errorf("%v %v", m, err)
+	}
+}
+
+// wrongPeer is the self peer's link as a peer that answers wrongly: every
+// RoCE frame it sends arrives with its PSN 7 further on and its AETH's
+// MSN one more, a MAD to QP1 with another attribute, the ICRC made good
+// again.
+type wrongPeer struct {
+	stack.Link
+	pkt bth.Packet
+	buf []byte
+}
+
+func (w *wrongPeer) Receive(frames [][]byte) int {
+	n := w.Link.Receive(frames)
+	for i, f := range frames[:n] {
+		if bth.Parse(f, &w.pkt) != nil {
+			continue
+		}
+		var h bth.Headers
+		w.pkt.Headers(&h)
+		payload := append([]byte(nil), w.pkt.Payload()...)
+		if w.pkt.BTH().DestQP() == 1 && len(payload) > 17 {
+			payload[17] ^= 0x0f // the MAD's attribute ID
+		} else {
+			h.BTH.PSN = h.BTH.PSN.Add(7)
+			h.MSN++
+		}
+		if len(w.buf) < len(f)+64 {
+			w.buf = make([]byte, 2*len(f)+64)
+		}
+		k, err := bth.Encode(w.buf[len(w.buf)/2:], &h, payload)
+		if err != nil {
+			continue
+		}
+		frames[i] = append(w.buf[:0:len(w.buf)/2], w.buf[len(w.buf)/2:len(w.buf)/2+k]...)
+	}
+	return n
+}
+
+// TestCatalogueWrongPeer runs every scenario that expects answers on the
+// wire against the self peer made to answer wrongly (wrongPeer): each
+// must fail. A scenario that only counts the peer's deliveries (UD, no
+// answers) cannot see it and is left out.
+func TestCatalogueWrongPeer(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, sc := range all {
+		expects := false
+		for _, st := range sc.Steps {
+			expects = expects || st.Kind == Expect
+		}
+		if !expects {
+			continue
+		}
+		ran++
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &wrongPeer{Link: l} })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Pass {
+				t.Errorf("passes against a peer whose answers are wrong: %s", sc.Rule)
+			}
+		})
+	}
+	if ran < 25 {
+		t.Errorf("%d scenarios expect answers", ran)
 	}
 }

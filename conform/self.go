@@ -39,6 +39,12 @@ const SelfQKey = 0x11111111
 // when sc sends UD SENDs to it; its QP1 run by the device's RDMA CM
 // agent when sc talks to QP1). tap sees the frames, as replay.Drive's.
 func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool)) (Result, error) {
+	return runSelf(ctx, sc, timeout, tap, nil)
+}
+
+// runSelf is RunSelf with the run's side of the link wrapped by wrap
+// (when not nil: a peer that answers wrongly, in tests).
+func runSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool), wrap func(stack.Link) stack.Link) (Result, error) {
 	const rqpsn, sqpsn = bth.PSN(0xfffffa), bth.PSN(0x10) // the first near the PSN wrap
 	recv := sc.Receives
 	if recv == 0 {
@@ -117,7 +123,11 @@ func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 	}
 	run := NewRun(sc, Env{Local: selfLocal, Peer: r.Live.Peer, PSN: rqpsn, RKey: r.MR.RKey(), VA: r.MR.Addr(), Region: SelfRegion,
 		Timeout: timeout, PeerPSN: sqpsn, PeerPost: post, QKey: cfg.QKey, PeerDelivered: recvd})
-	if err := replay.Drive(ctx, run, r.Link, tap); err != nil {
+	l := r.Link
+	if wrap != nil {
+		l = wrap(l)
+	}
+	if err := replay.Drive(ctx, run, l, tap); err != nil {
 		return run.Result(), err
 	}
 	return run.Result(), nil
