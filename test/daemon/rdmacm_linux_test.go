@@ -19,15 +19,24 @@ import (
 
 // cmPair runs srv on end 0, then cli (the server's address appended
 // when addr) on end 1, again while the client's output says it was
-// refused (the server does not listen yet); it returns both.
-func (n *net2) cmPair(t *testing.T, srv, cli []string, refused string) (s, c *run) {
+// refused (the server does not listen yet: one of refused's texts); it
+// returns both.
+func (n *net2) cmPair(t *testing.T, srv, cli []string, refused ...string) (s, c *run) {
 	t.Helper()
 	s = n.stockTool(0, srv...)
+	wasRefused := func(out string) bool {
+		for _, r := range refused {
+			if strings.Contains(out, r) {
+				return true
+			}
+		}
+		return false
+	}
 	for tries := 0; ; tries++ {
 		time.Sleep(300 * time.Millisecond)
 		c = n.stockTool(1, cli...)
 		err := c.wait(t, time.Minute)
-		if err == nil || tries == 20 || !strings.Contains(c.out.String(), refused) {
+		if err == nil || tries == 20 || !wasRefused(c.out.String()) {
 			if err != nil {
 				t.Errorf("%v: %v\n%s", cli, err, short(c.out.String()))
 			}
@@ -208,7 +217,15 @@ func TestStockRDMACM(t *testing.T) {
 			{"ib_send_bw", "-n", "1000", "-q", "2"},
 		} {
 			args := append([]string{args[0], "-R", "-d", "uroce0", "-x", "1", "-F", "-p", "7206"}, args[1:]...)
-			_, c := n.cmPair(t, args, append(append([]string{}, args...), addr), "Unexpected CM event")
+			// perftest's client is refused at its first connection
+			// ("Unexpected CM event") or at a later one (a REJECTED
+			// event, invalid service ID 8: nobody listened on the port
+			// at that moment). Once, under the full test run's load,
+			// the client then ended with a segmentation fault in that
+			// error path; whether in perftest or in uroce's libraries
+			// is not known yet.
+			_, c := n.cmPair(t, args, append(append([]string{}, args...), addr), "Unexpected CM event",
+				"RDMA_CM_EVENT_REJECTED; error: 8.")
 			if !perfResultRE.MatchString(c.out.String()) {
 				t.Errorf("%v: no result line:\n%s", args, c.out.String())
 			}
