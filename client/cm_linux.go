@@ -226,10 +226,9 @@ func (r *CMRequest) Accept(ctx context.Context, q *QP, priv []byte) (*CMConn, er
 		// already: the accept succeeded, and the connection is over
 		// (rdma_cm's DISCONNECTED alone). It is returned ended.
 		q.refresh()
-		c := newConn(r.d, ch, r.h, q, r.Local, r.Remote, r.PrivateData)
-		c.ended = true
-		c.stop()
-		<-c.done
+		c := &CMConn{d: r.d, ch: ch, h: r.h, qp: q, done: make(chan struct{}), stop: func() {}, ended: true,
+			Local: r.Local, Remote: r.Remote, PrivateData: r.PrivateData}
+		close(c.done) // no events to watch for
 		return c, nil
 	default:
 		return fail(eventErr(&ev))

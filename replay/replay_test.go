@@ -347,6 +347,52 @@ func TestSelfPeer(t *testing.T) {
 		// self peer has.
 		"rnr-uroce_receiver.pcap": {"syndrome": true, "msn": true, "psn": true},
 	}
+	selfReplays(t, 2*time.Second, Faults{}, func(t *testing.T, name string, c *Conversation, me int, r *Report) {
+		for field := range r.Differences {
+			if !known[name][field] {
+				var b bytes.Buffer
+				r.WriteText(&b)
+				t.Fatalf("difference in %s:\n%s", field, b.String())
+			}
+		}
+		if len(r.Unexpected) > 0 || r.BadICRC > 0 {
+			t.Fatalf("unexpected %v, bad icrc %d", r.Unexpected, r.BadICRC)
+		}
+		if len(known[name]) == 0 && !r.Agree {
+			t.Fatal("does not agree")
+		}
+	})
+}
+
+// TestSelfPeerFaults replays every capture at the self peer with the
+// played end's first packet dropped: each replay ends (the missing
+// answers given up after the timeout, never a hang), counts the drop,
+// and, when that packet was an RC request, does not agree with the
+// recording.
+func TestSelfPeerFaults(t *testing.T) {
+	selfReplays(t, 300*time.Millisecond, Faults{Drop: map[int]bool{1: true}}, func(t *testing.T, name string, c *Conversation, me int, r *Report) {
+		if r.Dropped != 1 {
+			t.Errorf("%d dropped, want 1", r.Dropped)
+		}
+		for i := range c.Packets {
+			if p := &c.Packets[i]; p.From == me {
+				// UC and UD are answered by nothing on the wire: a
+				// datagram lost shows in no answer.
+				if p.Request() && c.Transport == bth.TransportRC && r.Agree {
+					t.Error("the first request dropped, and the live answers agree with the recording")
+				}
+				break
+			}
+		}
+	})
+}
+
+// selfReplays replays, in a subtest each, every conversation of every
+// capture in pcaps/ and ../shared/pcaps/rxe-6.1 at a fresh self peer
+// (the end that sent the first request played, answers waited for
+// timeout, faults made), and gives check the report of each replay; a
+// replay that does not end fails.
+func selfReplays(t *testing.T, timeout time.Duration, faults Faults, check func(t *testing.T, name string, c *Conversation, me int, r *Report)) {
 	var files []string
 	for _, g := range []string{"../pcaps/rxe-6.1/*.pcap", "../../shared/pcaps/rxe-6.1/*.pcap"} {
 		m, _ := filepath.Glob(g)
@@ -365,7 +411,7 @@ func TestSelfPeer(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer sp.Close()
-				opt := Options{Timeout: 2 * time.Second, AnswersOnly: true}
+				opt := Options{Timeout: timeout, AnswersOnly: true, Faults: faults}
 				if c.Adverts != AdvertNone {
 					opt.PeerSend = sp.PeerSend
 					opt.Tolerate = map[string]bool{"resent": true} // the self peer's own timers
@@ -378,78 +424,9 @@ func TestSelfPeer(t *testing.T) {
 				defer cancel()
 				r, err := Run(ctx, s, sp.Link, nil)
 				if err != nil {
-					t.Fatal(err)
-				}
-				for field := range r.Differences {
-					if !known[name][field] {
-						var b bytes.Buffer
-						r.WriteText(&b)
-						t.Fatalf("difference in %s:\n%s", field, b.String())
-					}
-				}
-				if len(r.Unexpected) > 0 || r.BadICRC > 0 {
-					t.Fatalf("unexpected %v, bad icrc %d", r.Unexpected, r.BadICRC)
-				}
-				if len(known[name]) == 0 && !r.Agree {
-					t.Fatal("does not agree")
-				}
-			})
-		}
-	}
-}
-
-// TestSelfPeerFaults replays every capture at the self peer with the
-// played end's first packet dropped: each replay ends (the missing
-// answers given up after the timeout, never a hang), counts the drop,
-// and, when that packet was an RC request, does not agree with the
-// recording.
-func TestSelfPeerFaults(t *testing.T) {
-	var files []string
-	for _, g := range []string{"../pcaps/rxe-6.1/*.pcap", "../../shared/pcaps/rxe-6.1/*.pcap"} {
-		m, _ := filepath.Glob(g)
-		files = append(files, m...)
-	}
-	if len(files) == 0 {
-		t.Skip("no captures")
-	}
-	for _, f := range files {
-		name := filepath.Base(f)
-		for _, c := range load(t, f) {
-			me := c.Initiator()
-			t.Run(name+"/"+c.Ends[me].String(), func(t *testing.T) {
-				sp, err := NewSelfPeer(c, me)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sp.Close()
-				opt := Options{Timeout: 300 * time.Millisecond, AnswersOnly: true, Faults: Faults{Drop: map[int]bool{1: true}}}
-				if c.Adverts != AdvertNone {
-					opt.PeerSend = sp.PeerSend
-					opt.Tolerate = map[string]bool{"resent": true}
-				}
-				s, err := NewSession(c, me, sp.Live, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				r, err := Run(ctx, s, sp.Link, nil)
-				if err != nil {
 					t.Fatalf("the replay did not end: %v", err)
 				}
-				if r.Dropped != 1 {
-					t.Errorf("%d dropped, want 1", r.Dropped)
-				}
-				for i := range c.Packets {
-					if p := &c.Packets[i]; p.From == me {
-						// UC and UD are answered by nothing on the wire:
-						// a datagram lost shows in no answer.
-						if p.Request() && c.Transport == bth.TransportRC && r.Agree {
-							t.Error("the first request dropped, and the live answers agree with the recording")
-						}
-						break
-					}
-				}
+				check(t, name, c, me, r)
 			})
 		}
 	}

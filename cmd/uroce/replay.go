@@ -276,7 +276,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if *srq && !*pp {
 			return bad("--srq goes with --pingpong: ibv_srq_pingpong's exchange")
 		}
-		if *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient {
+		// The end that received the recorded REQ plays as a listener.
+		listening := *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient
+		if listening {
 			if len(parts) > 1 {
 				return bad("--rdma-cm with --side %s: the listening end of several conversations (%d, as perftest -R's) cannot be played; play the end that sent the REQ",
 					*side, len(parts))
@@ -346,7 +348,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				live.Peer.QPN, live.PeerPSN = remote[0].QPN, int64(remote[0].PSN)
 				return play(live)
 			}
-		case *cmPort > 0 && c.CMClient >= 0 && me != c.CMClient:
+		case listening:
 			// The end that received the REQ: listen as it did.
 			staged = func() ([]*replay.Report, error) {
 				fmt.Fprintf(stderr, "uroce replay: listening on RDMA CM port %d for %v\n", *cmPort, peer)
