@@ -277,7 +277,10 @@ func TestUroceLoss(t *testing.T) {
 // daemon's session handling keeps them apart.
 func TestDaemonTwoClients(t *testing.T) {
 	srv := "ib_write_bw -d rxe0 -x 1 -F -n 300 -s 65536"
-	st := step{name: "two-clients", guest: fmt.Sprintf("sh -c '%s -p 18515 & %s -p 18516; wait'", srv, srv),
+	// Each server writes to its own file: their result lines, printed at
+	// the same moment to one console, can otherwise share a line.
+	st := step{name: "two-clients",
+		guest:     fmt.Sprintf("sh -c '%s -p 18515 >s1.out 2>&1 & p=$!; %s -p 18516 >s2.out 2>&1; r=$?; wait $p; r2=$?; cat s1.out s2.out; exit $((r|r2))'", srv, srv),
 		uroce:     splitArgs("perf write -F -n 300 -s 65536 -p 18515 --connect-wait=30s"),
 		uroceAlso: splitArgs("perf write -F -n 300 -s 65536 -p 18516 --connect-wait=30s"),
 		check: func(t *testing.T, g, u string) {
