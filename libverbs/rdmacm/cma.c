@@ -456,6 +456,16 @@ static void id_unlink(struct uc_id *u)
 	}
 }
 
+int uc_id_known(const struct rdma_cm_id *id)
+{
+	int known = 0;
+	pthread_mutex_lock(&mu);
+	for (struct uc_id *u = ids; u && !known; u = u->next)
+		known = &u->id == id;
+	pthread_mutex_unlock(&mu);
+	return known;
+}
+
 static struct uc_id *id_find(struct uc_dev *d, uint32_t handle)
 {
 	for (struct uc_id *u = ids; u; u = u->next)

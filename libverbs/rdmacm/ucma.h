@@ -101,11 +101,21 @@ static inline int uc_fail(int err)
 	return -1;
 }
 
-/* The library's ID behind a program's: NULL for NULL or one destroyed. */
+int uc_id_known(const struct rdma_cm_id *id);
+
+/*
+ * The library's ID behind a program's: NULL for NULL, one destroyed, or
+ * a pointer that was never an ID. The pointer is looked up among the
+ * live IDs before it is read: a program that passes one from memory it
+ * freed (perftest 4.5's -R client does when it retries) gets EINVAL,
+ * not a segmentation fault in the library.
+ */
 static inline struct uc_id *uc_id(struct rdma_cm_id *id)
 {
-	struct uc_id *u = id ? UC_CONTAINER(id, struct uc_id, id) : NULL;
-	return u && u->magic == UC_ID_LIVE ? u : NULL;
+	if (!id || !uc_id_known(id))
+		return NULL;
+	struct uc_id *u = UC_CONTAINER(id, struct uc_id, id);
+	return u->magic == UC_ID_LIVE ? u : NULL;
 }
 
 void uc_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
