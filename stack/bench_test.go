@@ -228,6 +228,15 @@ func BenchmarkRCWrite64KDrop5(b *testing.B) {
 	c.run(b, OpWrite, 64<<10, 8, 8)
 }
 
+// BenchmarkRCWrite64KDrop5Keep is BenchmarkRCWrite64KDrop5 between
+// responders that keep the requests past a gap (Config.KeepPastGap).
+func BenchmarkRCWrite64KDrop5Keep(b *testing.B) {
+	c := newBenchConnWin(b, pipe.Config{MTU: 9000}, 0, 0, &fault.Config{Seed: 1, Drop: 0.05}, false, 14,
+		func(cfg *Config) { cfg.KeepPastGap = true })
+	b.ReportAllocs()
+	c.run(b, OpWrite, 64<<10, 8, 8)
+}
+
 // BenchmarkRCWrite64KDCQCN is BenchmarkRCWrite64K with DCQCN off, on
 // (no congestion: no CNP), and on after one CNP the QP has recovered
 // from (the reaction point set up, its rate back at the line rate): the

@@ -103,6 +103,17 @@ type Config struct {
 	// through before it acknowledges the missing packet. The A bit is
 	// asked for every quarter window, so that ACKs keep it moving.
 	SendWindow int
+	// KeepPastGap makes an RC responder keep the SEND and WRITE requests
+	// that arrive after a lost one (up to 64 PSNs past it) and execute
+	// them once the lost one arrives, as mlx5's out-of-order data
+	// placement does when a QP asks for it. A uroce requester then
+	// resends the lost packet and a probe, not everything that followed
+	// it: under loss between two uroce devices, RC WRITE carries about a
+	// fifth more. It is not the IBTA's rule, which drops those requests
+	// (conform's gap-requests-dropped shows the difference), so it is
+	// off by default: uroce then answers as an ordinary go-back-N
+	// responder.
+	KeepPastGap bool
 
 	// Marking is what the IP headers of RoCE packets carry for the
 	// network's congestion control and priorities: DSCP and ECN.

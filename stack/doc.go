@@ -70,12 +70,13 @@
 // engine transmits the batch once it has let go of the QP, then pumps
 // that QP again.
 //
-// Each engine lends its RC QPs up to 256 frame buffers (allocated when
-// first needed) to keep the requests that arrive after a lost one
-// (qp.Env.Stash): after a loss a uroce requester then resends the lost
-// packet and a probe only, not everything that followed it, while a
-// go-back-N requester (rdma_rxe) sees ACKs no further than what it has
-// resent (see package qp).
+// With Config.KeepPastGap, each engine lends its RC QPs up to 256 frame
+// buffers (allocated when first needed) to keep the requests that arrive
+// after a lost one (qp.Env.Stash): after a loss a uroce requester then
+// resends the lost packet and a probe only, not everything that followed
+// it, while a go-back-N requester (rdma_rxe) sees ACKs no further than
+// what it has resent (see package qp). Without it, the default, the
+// responder drops them as the IBTA says.
 //
 // # Multiple queues
 //

@@ -25,6 +25,12 @@ func newSimPair(t testing.TB, mtu int, faults *fault.Config) *simPair {
 }
 
 func newSimPairWin(t testing.TB, mtu int, faults *fault.Config, window int) *simPair {
+	return newSimPairCfg(t, mtu, faults, Config{SendWindow: window})
+}
+
+// newSimPairCfg is newSimPair with the devices' other settings from cfg
+// (SendWindow, KeepPastGap).
+func newSimPairCfg(t testing.TB, mtu int, faults *fault.Config, cfg Config) *simPair {
 	t.Helper()
 	s := &simPair{clock: NewFakeClock(time.Second)}
 	pa, pb := pipe.New(pipe.Config{MTU: mtu, Slots: 512})
@@ -40,8 +46,8 @@ func newSimPairWin(t testing.TB, mtu int, faults *fault.Config, window int) *sim
 		la = &traceLink{Link: la, name: "A", clock: s.clock, log: &s.trace}
 		lb = &traceLink{Link: lb, name: "B", clock: s.clock, log: &s.trace}
 	}
-	s.a = openManualWin(t, la, macA, []netip.Addr{ipA, ip6A}, s.clock, window)
-	s.b = openManualWin(t, lb, macB, []netip.Addr{ipB, ip6B}, s.clock, window)
+	s.a = openManualCfg(t, la, macA, []netip.Addr{ipA, ip6A}, s.clock, cfg)
+	s.b = openManualCfg(t, lb, macB, []netip.Addr{ipB, ip6B}, s.clock, cfg)
 	return s
 }
 

@@ -363,7 +363,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 	if init.Type == RC || init.Type == UC {
 		env.Local = (*qpLocal)(q)
 	}
-	if init.Type == RC {
+	if init.Type == RC && d.cfg.KeepPastGap {
 		env.Stash = &q.eng.stash
 	}
 	t, err := qp.New(caps, env)

@@ -22,11 +22,15 @@ func openManual(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clo
 }
 
 func openManualWin(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clock, window int) *Device {
+	return openManualCfg(t, l, mac, addrs, clock, Config{SendWindow: window})
+}
+
+// openManualCfg is openManual with the device's other settings from cfg.
+func openManualCfg(t testing.TB, l Link, mac [6]byte, addrs []netip.Addr, clock Clock, cfg Config) *Device {
 	t.Helper()
-	d, err := Open(context.Background(), Config{
-		Link: l, MAC: mac, Addrs: addrs, Manual: true, Clock: clock, SendWindow: window,
-		Neighbors: StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB},
-	})
+	cfg.Link, cfg.MAC, cfg.Addrs, cfg.Manual, cfg.Clock = l, mac, addrs, true, clock
+	cfg.Neighbors = StaticNeighbors{ipA: macA, ipB: macB, ip6A: macA, ip6B: macB}
+	d, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	sockBusy := fs.Duration("socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	batch := fs.Int("batch", 0, "frames per link call of the engines (0: the default, 16)")
+	keep := fs.Bool("keep-past-gap", false, "RC responders keep the requests that follow a lost one and execute them once it arrives (not the IBTA's rule)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	spin := fs.Duration("poll-spin", daemon.DefaultSpin, "how long idle rings and queues are polled before the daemon sleeps")
 	var cong app.CongestionFlags
@@ -64,7 +65,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
-		IdleSpin: *spin, SocketBusyPoll: *sockBusy, Batch: *batch}
+		IdleSpin: *spin, SocketBusyPoll: *sockBusy, Batch: *batch, KeepPastGap: *keep}
 	if *batch < 0 {
 		fmt.Fprintf(stderr, "uroce daemon: --batch %d: want a number of frames, or 0 for the default\n", *batch)
 		return 2

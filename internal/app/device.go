@@ -44,6 +44,9 @@ type DeviceFlags struct {
 	// SocketBusyPoll is the kernel busy polling of the AF_XDP sockets
 	// (stack.Config.SocketBusyPoll).
 	SocketBusyPoll time.Duration
+	// KeepPastGap makes RC responders keep the requests that follow a
+	// lost one (stack.Config.KeepPastGap; not the IBTA's rule).
+	KeepPastGap bool
 	// Batch is the frames per link call of the engines
 	// (stack.Config.Batch; 0: the stack's default for an interface).
 	Batch int
@@ -79,6 +82,7 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.BusyPoll, "busy-poll", false, "engines spin on the interface's queues instead of sleeping in poll(2)")
 	fs.DurationVar(&f.SocketBusyPoll, "socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	fs.IntVar(&f.Batch, "batch", 0, "frames per link call of the engines (0: the default, 16 on an interface)")
+	fs.BoolVar(&f.KeepPastGap, "keep-past-gap", false, "RC responders keep the requests that follow a lost one and execute them once it arrives (not the IBTA's rule)")
 	fs.Var(&f.Daemon, "daemon", "run on the uroce daemon's device (--daemon=SOCKET for another socket); -d names the device")
 	f.Congestion.Register(fs)
 }
@@ -113,6 +117,7 @@ var deviceHelp = [][2]string{
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
 	{"--socket-busy-poll=D", "kernel busy polling of the AF_XDP sockets, D per poll (SO_BUSY_POLL; with --busy-poll or the spin before sleeping)"},
 	{"--batch=N", "frames per link call of the engines (default 16)"},
+	{"--keep-past-gap", "RC responders keep the requests after a lost one and run them once it arrives, where the IBTA drops them (fewer resent under loss between uroce peers)"},
 	{"--drop=P, --rx-drop=P, --dup=P, --reorder=P, --fault-seed=N", "fault injection on the frames uroce sends/receives"},
 	{"--ce=P, --rx-ce=P", "mark ECN-capable frames sent/received congestion experienced, as a congested switch does"},
 	{"--stats", "print the device and AF_XDP counters at the end"},
@@ -162,25 +167,13 @@ func (f *DeviceFlags) Faulty() bool {
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if sock := f.Socket(); sock != "" {
-		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.Batch != 0 || f.XDPMode != "" || f.Congestion.Changed() {
-			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --batch, --xdp-mode and the marking flags are the daemon's: give them to uroce daemon")
+		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.Batch != 0 || f.XDPMode != "" || f.KeepPastGap || f.Congestion.Changed() {
+			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --batch, --xdp-mode, --keep-past-gap and the marking flags are the daemon's: give them to uroce daemon")
 		}
 		return openDaemon(ctx, sock)
 	}
-	if f.Interface == "" {
-		return nil, ErrNoInterface
-	}
-	for _, p := range []float64{f.Drop, f.RxDrop, f.Dup, f.Reorder, f.CE, f.RxCE} {
-		if p < 0 || p > 1 {
-			return nil, fmt.Errorf("fault probability %v: want 0 to 1", p)
-		}
-	}
-	if f.Batch < 0 {
-		return nil, fmt.Errorf("--batch %d: want a number of frames, or 0 for the default", f.Batch)
-	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
-		SocketBusyPoll: f.SocketBusyPoll, Batch: f.Batch}
-	if err := f.Congestion.Apply(&cfg); err != nil {
+	cfg, err := f.config()
+	if err != nil {
 		return nil, err
 	}
 	cfg.WrapLink = func(q int, l stack.Link) stack.Link {
@@ -205,6 +198,26 @@ func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 		return nil, err
 	}
 	return verbs.Local(d), nil
+}
+
+// config is the device's configuration on the interface, but its links'
+// wrapping.
+func (f *DeviceFlags) config() (stack.Config, error) {
+	if f.Interface == "" {
+		return stack.Config{}, ErrNoInterface
+	}
+	for _, p := range []float64{f.Drop, f.RxDrop, f.Dup, f.Reorder, f.CE, f.RxCE} {
+		if p < 0 || p > 1 {
+			return stack.Config{}, fmt.Errorf("fault probability %v: want 0 to 1", p)
+		}
+	}
+	if f.Batch < 0 {
+		return stack.Config{}, fmt.Errorf("--batch %d: want a number of frames, or 0 for the default", f.Batch)
+	}
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
+		SocketBusyPoll: f.SocketBusyPoll, Batch: f.Batch, KeepPastGap: f.KeepPastGap}
+	err := f.Congestion.Apply(&cfg)
+	return cfg, err
 }
 
 // Report writes, prefixed with prog, what the fault injection did and,
