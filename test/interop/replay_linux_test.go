@@ -1,11 +1,15 @@
 package interop
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/uroce/uroce/bth"
+	"github.com/uroce/uroce/internal/pcaptool"
 )
 
 // creditsOnly is a replay report's difference in an ACK's credits alone,
@@ -81,6 +85,30 @@ func TestReplayRxe(t *testing.T) {
 	for _, tr := range []string{"rc", "uc", "ud"} {
 		tool := "ibv_" + tr + "_pingpong"
 		steps = append(steps, replayStep("replay-"+tr+"_pingpong", tool+" -d rxe0 -g 1 -n 5 -s 64", tr+"_pingpong.pcap", 0, agrees, "--pingpong"))
+	}
+	// The host_* captures: an independent userspace client (not a stock
+	// tool) against rxe, through ibv_rc/ud_pingpong's exchange, 5
+	// messages of 64 bytes each way. The recorded rxe end echoed the
+	// client's bytes, where the stock pingpong server sends its own fill:
+	// the SEND payloads are tolerated. host_rc_ce_csum's requests carry
+	// DSCP 26, ECN CE and UDP checksums, played as recorded: rxe must
+	// take them all the same.
+	for _, c := range []struct{ tool, capture string }{
+		{"ibv_rc_pingpong", "host_rc.pcap"},
+		{"ibv_rc_pingpong", "host_rc_ce_csum.pcap"},
+		{"ibv_ud_pingpong", "host_ud.pcap"},
+	} {
+		st := replayStep("replay-"+c.capture, c.tool+" -d rxe0 -g 1 -n 5 -s 64", c.capture, 0, agrees,
+			"--pingpong", "--tolerate", "payload")
+		if c.capture == "host_rc_ce_csum.pcap" {
+			played := filepath.Join(t.TempDir(), "played.pcap")
+			st.uroce = append(st.uroce[:1], append([]string{"-w", played}, st.uroce[1:]...)...)
+			st.check = func(t *testing.T, g, u string) {
+				agrees(t, u)
+				checkMarked(t, played)
+			}
+		}
+		steps = append(steps, st)
 	}
 	// RDMA CM: rxe's recorded ucmatose client, connected through the
 	// stock ucmatose server's listener (REQ, REP, RTU), its SENDs and
@@ -235,4 +263,29 @@ func TestReplayRxeJumbo(t *testing.T) {
 		jumbo("replay-own-write_bw-mtu4096-uroce_server", filepath.Join("..", "..", "pcaps", "rxe-6.1", "write_bw-mtu4096-uroce_server.pcap")),
 	}}
 	g.run(t)
+}
+
+// checkMarked checks that the SENDs a replay of host_rc_ce_csum.pcap
+// played (its capture, -w) carry what the recording's did: DSCP 26, ECN
+// CE and a valid, non-zero UDP checksum.
+func checkMarked(t *testing.T, path string) {
+	t.Helper()
+	var sends, marked int
+	var p bth.Packet
+	err := eachFrame(path, func(_ int, f *pcaptool.Frame) {
+		if bth.Parse(f.Data, &p) != nil || p.SrcIP().Unmap().String() != uroceAddr || p.Opcode() != bth.OpSendOnly {
+			return
+		}
+		sends++
+		sum := binary.BigEndian.Uint16(p.Frame[p.L4+6:])
+		if p.TrafficClass() == 26<<2|3 && sum != 0 && p.UDPChecksumOK() {
+			marked++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sends != 5 || marked != sends {
+		t.Errorf("the played SENDs: %d, %d of them with DSCP 26, CE and a UDP checksum; want 5 and 5", sends, marked)
+	}
 }
