@@ -40,7 +40,7 @@ func TestCatalogueSelf(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := RunSelf(ctx, sc, 2*time.Second, nil)
+			r, err := RunSelf(ctx, sc, 2*time.Second, nil, SelfOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +52,29 @@ func TestCatalogueSelf(t *testing.T) {
 				t.Fatalf("%s: %s", sc.Rule, r.Reason)
 			case !w.Pass && r.Pass:
 				t.Fatalf("passes, but results/uroce.txt says it deviates: %s", w.Why)
+			}
+		})
+	}
+}
+
+// TestCatalogueSelfKeeping: a responder that keeps the requests past a
+// PSN gap (SelfOptions.KeepPastGap) deviates where results/uroce.txt's
+// comment says, on gap-requests-dropped, and passes the rest.
+func TestCatalogueSelfKeeping(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range all {
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := RunSelf(ctx, sc, 2*time.Second, nil, SelfOptions{KeepPastGap: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sc.Name != "gap-requests-dropped"; r.Pass != want {
+				t.Errorf("pass %v, want %v: %s", r.Pass, want, r.Reason)
 			}
 		})
 	}
@@ -431,7 +454,7 @@ func TestCatalogueWrongPeer(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &wrongPeer{Link: l} })
+			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &wrongPeer{Link: l} }, SelfOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

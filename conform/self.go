@@ -37,14 +37,23 @@ const SelfQKey = 0x11111111
 // QP on an in-memory link, a region granting every remote access, FLUSH's
 // included, and the receives sc asks for; a UD QP with Q_Key SelfQKey
 // when sc sends UD SENDs to it; its QP1 run by the device's RDMA CM
-// agent when sc talks to QP1). tap sees the frames, as replay.Drive's.
-func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool)) (Result, error) {
-	return runSelf(ctx, sc, timeout, tap, nil)
+// agent when sc talks to QP1), set up as opt says. tap sees the frames,
+// as replay.Drive's.
+func RunSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool), opt SelfOptions) (Result, error) {
+	return runSelf(ctx, sc, timeout, tap, nil, opt)
+}
+
+// SelfOptions are the settings of RunSelf's responder that differ from
+// a uroce device's defaults.
+type SelfOptions struct {
+	// KeepPastGap keeps the requests past a PSN gap
+	// (stack.Config.KeepPastGap, not the IBTA's rule).
+	KeepPastGap bool
 }
 
 // runSelf is RunSelf with the run's side of the link wrapped by wrap
 // (when not nil: a peer that answers wrongly, in tests).
-func runSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool), wrap func(stack.Link) stack.Link) (Result, error) {
+func runSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func([]byte, bool), wrap func(stack.Link) stack.Link, opt SelfOptions) (Result, error) {
 	const rqpsn, sqpsn = bth.PSN(0xfffffa), bth.PSN(0x10) // the first near the PSN wrap
 	recv := sc.Receives
 	if recv == 0 {
@@ -54,7 +63,7 @@ func runSelf(ctx context.Context, sc *Scenario, timeout time.Duration, tap func(
 	cfg := replay.ResponderConfig{Transport: bth.TransportRC, Local: selfLocal, Peer: selfPeer,
 		RQPSN: rqpsn, SQPSN: sqpsn, Region: SelfRegion, Receives: recv,
 		Access: stack.AccessRemoteWrite | stack.AccessRemoteRead | stack.AccessRemoteAtomic |
-			stack.AccessFlushGlobal | stack.AccessFlushPersistent}
+			stack.AccessFlushGlobal | stack.AccessFlushPersistent, KeepPastGap: opt.KeepPastGap}
 	if needs.UD {
 		cfg.Transport, cfg.QKey = bth.TransportUD, SelfQKey
 	}

@@ -120,6 +120,9 @@ type ResponderConfig struct {
 	// Retries, when set, are the QP's retry counts as a requester
 	// (default: 7 and 7).
 	Retries *Retries
+	// KeepPastGap keeps the requests past a PSN gap
+	// (stack.Config.KeepPastGap).
+	KeepPastGap bool
 }
 
 // Retries are a requester QP's transport and RNR retry counts.
@@ -148,7 +151,7 @@ func NewResponder(cfg ResponderConfig) (*Responder, error) {
 	}
 	pa, pb := pipe.New(pipe.Config{MTU: 9000, Slots: 1024})
 	dev, err := stack.Open(context.Background(), stack.Config{Link: pb, MAC: cfg.Peer.MAC, Addrs: []netip.Addr{cfg.Peer.IP},
-		Neighbors: stack.StaticNeighbors{cfg.Local.IP: cfg.Local.MAC}, Name: "uroce_self"})
+		Neighbors: stack.StaticNeighbors{cfg.Local.IP: cfg.Local.MAC}, Name: "uroce_self", KeepPastGap: cfg.KeepPastGap})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,8 @@ The catalogue shipped with uroce runs unless files of scenarios are given
 The peer:
   --self            a uroce responder in this process, a fresh QP for each
                     scenario (default; no privilege, no network)
+    --keep-past-gap the responder keeps the requests past a PSN gap, as
+                    uroce's --keep-past-gap does (not the IBTA's rule)
   -d IFACE PEER     the RoCE peer at address PEER from interface IFACE
                     (root), its QP set up for each scenario by
     --perftest TOOL perftest's exchange with TOOL's server, which the
@@ -91,6 +93,7 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("uroce conform", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Bool("self", true, "")
+	keep := fs.Bool("keep-past-gap", false, "")
 	match := fs.String("k", "", "")
 	list := fs.Bool("list", false, "")
 	timeout := fs.Duration("timeout", time.Second, "")
@@ -210,7 +213,10 @@ func runConform(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	run := func(s *conform.Scenario, tap func([]byte, bool)) (conform.Result, error) {
-		return conform.RunSelf(ctx, s, *timeout, tap)
+		return conform.RunSelf(ctx, s, *timeout, tap, conform.SelfOptions{KeepPastGap: *keep})
+	}
+	if *keep && (*serve || pf.dev != "") {
+		return bad("--keep-past-gap is for --self: a live peer's device has its own settings (uroce's: --keep-past-gap of uroce daemon and the tools)")
 	}
 	if *serve {
 		sv := &server{ctx: ctx, pf: pf, peerIP: peerIP, tool: tool, timeout: *timeout, stderr: stderr, peerProgram: *servePeer}

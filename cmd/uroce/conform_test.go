@@ -29,6 +29,12 @@ func TestConformSelf(t *testing.T) {
 	if code, v, _ := runArgs("pcap", "verify", "-q", filepath.Join(dir, "wrong.pcap")); code != 0 {
 		t.Fatalf("the failing scenario's capture: %s", v)
 	}
+	if code, out, _ := runArgs("conform", "--self", "--keep-past-gap", "-k", "^gap-requests-dropped$"); code != 1 || !strings.Contains(out, "gap-requests-dropped     FAIL") {
+		t.Fatalf("--keep-past-gap: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := runArgs("conform", "--keep-past-gap", "-d", "veth9", "--perftest", "ib_write_bw", "192.0.2.1"); code != 2 || !strings.Contains(errOut, "--keep-past-gap is for --self") {
+		t.Fatalf("--keep-past-gap with a live peer: exit %d: %s", code, errOut)
+	}
 	mine := filepath.Join(dir, "mine.txt")
 	os.WriteFile(mine, []byte("scenario mine\nrule a READ of fresh memory reads zeros\nibta 9.4\nsend read_request psn=0 va=0 len=16\nexpect read_response_only psn=0 data=00000000000000000000000000000000\n"), 0o644)
 	if code, out, errOut := runArgs("conform", "--json", mine); code != 0 || !strings.Contains(out, `"name":"mine","rule"`) || !strings.Contains(out, `"pass":true`) {
