@@ -289,6 +289,55 @@ func TestSessionFaults(t *testing.T) {
 	}
 }
 
+// TestSessionDupAnswer: the live peer's ACK of a request the replay sent
+// twice (a --dup fault) is counted apart, not taken for the next
+// recorded answer, and the replay agrees; an ACK of an earlier PSN that
+// was sent once is no such answer.
+func TestSessionDupAnswer(t *testing.T) {
+	c := load(t, "../pcaps/rxe-6.1/write_bw-uroce_client.pcap")[0]
+	me := c.Initiator()
+	var mine []*Packet
+	var ack *Packet
+	for i := range c.Packets {
+		p := &c.Packets[i]
+		if p.From == me {
+			mine = append(mine, p)
+		} else if ack == nil && isPlainACK(&p.H) {
+			ack = p
+		}
+	}
+	if len(mine) < 3 || ack == nil || !mine[1].H.BTH.PSN.Less(ack.H.BTH.PSN) {
+		t.Fatalf("the capture: %d packets of the played end, first ACK %v", len(mine), ack)
+	}
+	for _, tc := range []struct {
+		psn   bth.PSN
+		agree bool
+	}{{mine[1].H.BTH.PSN, true}, {mine[0].H.BTH.PSN, false}} {
+		s, err := NewSession(c, me, unset, Options{Timeout: time.Millisecond, Faults: Faults{Dup: map[int]bool{2: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr := &crafted{t: t, s: s, now: time.Unix(1000, 0)}
+		extra := *ack
+		extra.H.BTH.PSN = tc.psn
+		rec := recorded(c, me, nil)
+		r, _ := cr.run(func(k int) [][]byte {
+			switch {
+			case k < 3:
+				return rec(k)
+			case k == 3: // after the second copy of packet 2
+				return [][]byte{cr.encode(&extra)}
+			}
+			return rec(k - 1)
+		})
+		if r.Agree != tc.agree || (r.DupAnswers == 1) != tc.agree || r.Duplicated != 1 {
+			var b bytes.Buffer
+			r.WriteText(&b)
+			t.Errorf("an ACK of PSN %#x: agree %v, %d ACKs of a duplicate; want agree %v:\n%s", tc.psn, r.Agree, r.DupAnswers, tc.agree, b.String())
+		}
+	}
+}
+
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
 		return false

@@ -150,6 +150,11 @@ type Report struct {
 	Sent         int      `json:"sent"`
 	Dropped      int      `json:"dropped,omitempty"`
 	Duplicated   int      `json:"duplicated,omitempty"`
+	// DupAnswers counts the live peer's plain ACKs of a request this end
+	// sent twice (--dup), left out of the answers: a responder
+	// acknowledges a duplicate again (IBTA 9.7.5.1.1), and the recording
+	// had no duplicate to answer.
+	DupAnswers int `json:"dup_answers,omitempty"`
 	Corrupted    int      `json:"corrupted,omitempty"`
 	Answers      []Answer `json:"answers"`
 	Unexpected   []string `json:"unexpected,omitempty"`
@@ -220,6 +225,7 @@ type Session struct {
 	peerSends []int // indexes in exp of the peer's SENDs that PeerSend makes
 	peerNext  int   // the next of them to make
 
+	dups   []bth.PSN // live PSNs of the requests sent twice
 	out    [][]byte
 	hold   []held
 	buf    []byte
@@ -550,6 +556,9 @@ func (s *Session) send(st *step, now time.Time) {
 	if f.Dup[st.n] {
 		copies = 2
 		s.rep.Duplicated++
+		if info.Request {
+			s.dups = append(s.dups, h.BTH.PSN)
+		}
 	}
 	for i := 0; i < copies; i++ {
 		switch {
@@ -691,6 +700,10 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 		return true
 	}
 	want := s.exp[s.matched]
+	if s.dupAnswer(&h, want) {
+		s.rep.DupAnswers++
+		return true
+	}
 	if j := s.coalescedInto(&h); j > s.matched {
 		for ; s.matched < j; s.matched++ {
 			p := s.exp[s.matched]
@@ -727,6 +740,21 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 	s.rep.Answers = append(s.rep.Answers, a)
 	s.matched++
 	return true
+}
+
+// dupAnswer reports whether the live packet h is a plain ACK of a
+// request this end sent twice that comes before the next recorded
+// answer, want, a plain ACK of a later PSN: the answer to the duplicate.
+func (s *Session) dupAnswer(h *bth.Headers, want *Packet) bool {
+	if !isPlainACK(h) || !isPlainACK(&want.H) || !s.recPSN(h).Less(want.H.BTH.PSN) {
+		return false
+	}
+	for _, p := range s.dups {
+		if p == h.BTH.PSN {
+			return true
+		}
+	}
+	return false
 }
 
 // coalescedInto returns, for a live ACK that acknowledges more than the

@@ -236,6 +236,49 @@ func TestReplayRxe(t *testing.T) {
 		}
 	}
 	steps = append(steps, drop)
+	// The second WRITE packet sent twice: rxe acknowledges the copy, an
+	// ACK the report counts apart, and every recorded answer comes.
+	dup := replayStep("replay-write_bw-dup2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 0,
+		func(t *testing.T, out string) {
+			agrees(t, out)
+			if !strings.Contains(out, "1 duplicated, 1 ACKs of a duplicate") {
+				t.Errorf("want the duplicate's ACK counted:\n%s", out)
+			}
+		}, "--perftest", "ib_write_bw", "--dup", "2")
+	dup.capture = func(t *testing.T, f *findings) {
+		if len(f.naks) != 0 || f.count("duplicate", uroceAddr) != 1 {
+			t.Errorf("a duplicate: want it in the capture and no NAK, got %s", f)
+		}
+	}
+	// The second sent with a bad ICRC: rxe drops it silently and NAKs
+	// the third (PSN sequence error), as for a lost one.
+	corrupt := replayStep("replay-write_bw-corrupt2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 1,
+		func(t *testing.T, out string) {
+			if !strings.Contains(out, "syndrome credits=31 -> psn_sequence_error") || !strings.Contains(out, "1 corrupted") {
+				t.Errorf("the replay with a bad ICRC does not name the NAK:\n%s", out)
+			}
+		}, "--perftest", "ib_write_bw", "--corrupt", "2")
+	corrupt.badFrames = true
+	corrupt.capture = func(t *testing.T, f *findings) {
+		if f.naks["psn_sequence_error from "+guestAddr] != 1 || f.counts.ICRCBad != 1 {
+			t.Errorf("a bad ICRC: want one bad frame and one sequence NAK, got %s", f)
+		}
+	}
+	// The second sent after the third: rxe NAKs the third (the second
+	// is missing), takes the second, and NAKs the fourth (the third is
+	// missing now): two sequence NAKs, the played end resending nothing.
+	reorder := replayStep("replay-write_bw-reorder2", "ib_write_bw -d rxe0 -x 1 -n 5 -s 3000", "write_bw.pcap", 1,
+		func(t *testing.T, out string) {
+			if n := strings.Count(out, "syndrome credits=31 -> psn_sequence_error"); n != 2 {
+				t.Errorf("the replay with a reordered packet: %d sequence NAKs named, want 2:\n%s", n, out)
+			}
+		}, "--perftest", "ib_write_bw", "--reorder", "2")
+	reorder.capture = func(t *testing.T, f *findings) {
+		if f.naks["psn_sequence_error from "+guestAddr] != 2 {
+			t.Errorf("a reordered packet: want two sequence NAKs, got %s", f)
+		}
+	}
+	steps = append(steps, dup, corrupt, reorder)
 	g := group{mtu: 1500, pcap: "replay.pcap", stepTimeout: 60e9, steps: steps}
 	g.run(t)
 }
