@@ -144,20 +144,20 @@ type Answer struct {
 
 // Report is the outcome of a replay.
 type Report struct {
-	Conversation string   `json:"conversation"`
-	Played       string   `json:"played"`
-	Pace         string   `json:"pace"`
-	Sent         int      `json:"sent"`
-	Dropped      int      `json:"dropped,omitempty"`
-	Duplicated   int      `json:"duplicated,omitempty"`
+	Conversation string `json:"conversation"`
+	Played       string `json:"played"`
+	Pace         string `json:"pace"`
+	Sent         int    `json:"sent"`
+	Dropped      int    `json:"dropped,omitempty"`
+	Duplicated   int    `json:"duplicated,omitempty"`
 	// DupAnswers counts the live peer's plain ACKs of a request this end
 	// sent twice (--dup), left out of the answers: a responder
 	// acknowledges a duplicate again (IBTA 9.7.5.1.1), and the recording
 	// had no duplicate to answer.
-	DupAnswers int `json:"dup_answers,omitempty"`
-	Corrupted    int      `json:"corrupted,omitempty"`
-	Answers      []Answer `json:"answers"`
-	Unexpected   []string `json:"unexpected,omitempty"`
+	DupAnswers int      `json:"dup_answers,omitempty"`
+	Corrupted  int      `json:"corrupted,omitempty"`
+	Answers    []Answer `json:"answers"`
+	Unexpected []string `json:"unexpected,omitempty"`
 	// CNPs counts the congestion notifications the live peer sent: not
 	// answers (a conversation leaves the recorded ones out too).
 	CNPs int `json:"cnps,omitempty"`
