@@ -432,10 +432,77 @@ func (w *wrongPeer) Receive(frames [][]byte) int {
 	return n
 }
 
+// qkeyBlind makes the self peer's Q_Key check say the opposite: the UD
+// SENDs the run transmits reach it with the Q_Key changed, SelfQKey for
+// any other and another for SelfQKey, so it takes what it should drop
+// and drops what it should take.
+type qkeyBlind struct {
+	stack.Link
+	pkt bth.Packet
+	out [][]byte
+}
+
+func (q *qkeyBlind) Transmit(frames [][]byte) int {
+	q.out = q.out[:0]
+	for _, f := range frames {
+		if bth.Parse(f, &q.pkt) == nil && q.pkt.Info.Has(bth.HdrDETH) && q.pkt.BTH().DestQP() != 1 {
+			var h bth.Headers
+			q.pkt.Headers(&h)
+			if h.QKey == SelfQKey {
+				h.QKey = SelfQKey ^ 1
+			} else {
+				h.QKey = SelfQKey
+			}
+			buf := make([]byte, len(f)+64)
+			if n, err := bth.Encode(buf, &h, q.pkt.Payload()); err == nil {
+				f = buf[:n]
+			}
+		}
+		q.out = append(q.out, f)
+	}
+	return q.Link.Transmit(q.out)
+}
+
+// TestCatalogueDeliveriesWrongPeer: the scenarios that only count the
+// peer's deliveries fail against a peer whose Q_Key check is reversed.
+func TestCatalogueDeliveriesWrongPeer(t *testing.T) {
+	all, err := Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, sc := range all {
+		expects, counts := false, false
+		for _, st := range sc.Steps {
+			expects = expects || st.Kind == Expect
+			counts = counts || st.Kind == Delivered
+		}
+		if expects || !counts {
+			continue
+		}
+		ran++
+		t.Run(sc.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &qkeyBlind{Link: l} }, SelfOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Pass {
+				t.Errorf("passes against a peer whose Q_Key check is reversed: %s", sc.Rule)
+			}
+		})
+	}
+	if ran < 2 {
+		t.Errorf("%d scenarios count deliveries only", ran)
+	}
+}
+
 // TestCatalogueWrongPeer runs every scenario that expects answers on the
 // wire against the self peer made to answer wrongly (wrongPeer): each
 // must fail. A scenario that only counts the peer's deliveries (UD, no
-// answers) cannot see it and is left out.
+// answers) cannot see it and is left out: TestCatalogueDeliveriesWrongPeer
+// has those.
 func TestCatalogueWrongPeer(t *testing.T) {
 	all, err := Catalogue()
 	if err != nil {
