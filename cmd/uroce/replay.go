@@ -103,8 +103,10 @@ flags:
   -w FILE              write the replay's packets (both ways) as pcap
 
 exit status: 0 when the live answers agree with the recording, 1 when they
-differ (the report names each difference), 2 on bad usage or a capture
-without a conversation to replay
+differ (the report names each difference) or the replay could not be
+played to its end (a peer that cannot be reached or set up: the message
+says what went wrong), 2 on bad usage or a capture without a conversation
+to replay
 `
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {

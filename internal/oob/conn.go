@@ -56,22 +56,52 @@ func Dial(ctx context.Context, addr string, retry time.Duration) (net.Conn, erro
 		retry = 100 * time.Millisecond
 	}
 	var d net.Dialer
+	start := time.Now()
+	var last error // the last refusal, for the error when ctx ends
+	gaveUp := func() error {
+		cause := ctx.Err()
+		if cause == nil { // the dial's own deadline, ctx's, came a moment before ctx's timer
+			cause = context.DeadlineExceeded
+		}
+		if last == nil {
+			return fmt.Errorf("oob dial %s: %w", addr, cause)
+		}
+		return fmt.Errorf("oob dial %s: %w (kept trying for %v: %w)", addr, unwrapOp(last), time.Since(start).Round(100*time.Millisecond), cause)
+	}
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			return c, nil
 		}
-		if ctx.Err() != nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH)) {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, gaveUp()
+		}
+		if !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH)) {
 			return nil, fmt.Errorf("oob dial %s: %w", addr, err)
 		}
+		last = err
 		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("oob dial %s: %w", addr, ctx.Err())
+			return nil, gaveUp()
 		case <-t.C:
 		}
 	}
+}
+
+// unwrapOp is the system call's error inside a net.OpError ("connection
+// refused"), which already names the address.
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		var sc *os.SyscallError
+		if errors.As(op.Err, &sc) {
+			return sc.Err
+		}
+		return op.Err
+	}
+	return err
 }
 
 // Guard ties conn's deadline to ctx for the duration of one exchange: the

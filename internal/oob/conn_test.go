@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,6 +61,19 @@ func TestDialGivesUp(t *testing.T) {
 	cancel()
 	if _, err := Dial(ctx, addr, time.Millisecond); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Dial error = %v, want context.Canceled", err)
+	}
+}
+
+// TestDialRefusedUntilDeadline: a dial refused until the deadline says
+// so, and still wraps the context's error.
+func TestDialRefusedUntilDeadline(t *testing.T) {
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := Dial(ctx, addr, time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) ||
+		!strings.Contains(err.Error(), "connection refused (kept trying for") {
+		t.Fatalf("Dial error = %v, want connection refused and the deadline", err)
 	}
 }
 

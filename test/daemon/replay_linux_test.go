@@ -57,3 +57,46 @@ func TestReplayUroce(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayPeerFailures: a replay at a peer that cannot set the QP up
+// (nobody serves perftest's exchange) ends with a message that says so
+// and exit status 1; one at a QP nobody answers for (a QPN given by hand,
+// the far end's interface without RoCE) reports every answer missing,
+// exit status 1, each after --timeout: neither hangs.
+func TestReplayPeerFailures(t *testing.T) {
+	n := newNetDaemons(t, 1500, false)
+	capture := filepath.Join("..", "..", "pcaps", "rxe-6.1", "write_bw-uroce_client.pcap")
+	for _, c := range []struct {
+		name string
+		how  []string
+		exit int
+		want string
+	}{
+		{"no exchange", []string{"--perftest", "ib_write_bw", "--port", "18599"}, 1,
+			`connection refused \(kept trying for 10s: .*is the ib_write_bw server running at 192\.0\.2\.2:18599\?`},
+		{"silent peer", []string{"--dest-qpn", "0x99", "--rkey", "0x1234", "--va", "0x10000"}, 1,
+			`(?s)live: none \(timed out\).*the live peer differs: missing \d+\n`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"netns", "exec", n.NS[0].Name(), uroceBin, "replay", "-d", n.Dev[0], "--xdp-mode", "generic",
+				"--timeout", "300ms"}, c.how...)
+			args = append(args, capture, n.IP[1].String())
+			r := &run{cmd: exec.Command("ip", args...)}
+			r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+			if err := r.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			err := r.wait(t, 2*time.Minute) // a hang fails here
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != c.exit || !regexp.MustCompile(c.want).MatchString(r.out.String()) {
+				t.Errorf("replay exited %d (want %d), want %q:\n%s", code, c.exit, c.want, r.out.String())
+			}
+		})
+	}
+}
