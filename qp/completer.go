@@ -275,6 +275,7 @@ type recovery struct {
 	on        bool    // a go-back-N retransmission is under way ...
 	psn       bth.PSN // ... from this PSN, with no progress since ...
 	at        Time    // ... begun at this time
+	charged   Time    // when retry_cnt was last charged
 }
 
 // rnrWait is the wait an RNR NAK asked for.
@@ -347,20 +348,25 @@ func (q *QP) goBackFor(now Time, why backReason, from bth.PSN) {
 			return
 		}
 		plain := q.gentleNAK(from)
-		q.retry(from)
+		if q.lostAgain(now, from) {
+			q.shrinkWindow()
+			q.goBack(from)
+		} else {
+			q.retry(now, from)
+		}
 		q.rec.at = now
 		if !plain && (q.state == StateRTS || q.state == StateSQD) {
 			q.startGentle()
 		}
 	case backImplied:
 		q.ctr.ImpliedNakSeqErr++
-		q.retry(from)
+		q.retry(now, from)
 	case backAsk:
 		q.ctr.ImpliedNakSeqErr++
 		q.charge()
 	case backTimeout:
 		q.ctr.LocalAckTimeoutErr++
-		q.retry(from)
+		q.retry(now, from)
 		q.rec.at = now
 	case backProbe:
 		q.askStalled()
@@ -999,13 +1005,29 @@ func (q *QP) infiniteRetry() bool { return q.caps.InfiniteRetry7 && q.attr.Retry
 
 // retry goes back to PSN from (go-back-N) after a sequence NAK, an
 // implied NAK or a timeout, charging the retry counter.
-func (q *QP) retry(from bth.PSN) {
+func (q *QP) retry(now Time, from bth.PSN) {
 	if !q.charge() {
 		return
 	}
+	q.rec.charged = now
 	q.shrinkWindow()
 	q.rec.on, q.rec.psn = true, from
 	q.goBack(from)
+}
+
+// lostAgain reports whether a sequence NAK for PSN from says that the
+// retransmission from there was lost again, less than an ACK timeout
+// after retry_cnt was last charged. Such a NAK sends the requests again
+// at once, without a charge: a responder that NAKs each lost
+// retransmission (this package's does) draws retries a round trip
+// apart, and under congestion that keeps losing the same packet they
+// would run out within a millisecond, where a requester that waits for
+// its ACK timer (against rdma_rxe, which NAKs a gap once) spends one per
+// timeout. So retry_cnt bounds the time a request can go unanswered,
+// (retry_cnt+1) ACK timeouts, whichever answers the responder gives;
+// with the timeout infinite (0), every NAK is charged.
+func (q *QP) lostAgain(now Time, from bth.PSN) bool {
+	return q.rec.on && from == q.rec.psn && q.attr.Timeout != 0 && now-q.rec.charged < ackTimeoutDur(q.attr.Timeout)
 }
 
 // charge takes a retry from retry_cnt. When none is left the oldest

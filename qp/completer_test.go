@@ -100,10 +100,12 @@ func TestSequenceNAKCopyAndRetryExhaustion(t *testing.T) {
 	if c := n.qp.Counters(); c.RcvdSeqErr != 2 || c.CompleterRetryErr != 1 {
 		t.Errorf("counters %+v", *c)
 	}
-	// A NAK for the same PSN later on answers the retransmission: it
-	// was lost too. Go back again; that is the last retry.
-	n.qp.Receive(10, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(10)
+	// A NAK for the same PSN an ACK timeout later answers the
+	// retransmission: it was lost too. Go back again; that is the last
+	// retry.
+	later := 5 + ackTimeoutDur(o.timeout)
+	n.qp.Receive(later, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(later)
 	if got := len(n.out.take()); got != 2 {
 		t.Fatalf("second go-back-N sent %d packets", got)
 	}

@@ -335,9 +335,12 @@ func TestRNRNakResetsRetryCount(t *testing.T) {
 	n.qp.Tick(2 + 10*time.Microsecond)
 	n.qp.Pump(2 + 10*time.Microsecond)
 	n.out.take()
-	// Another lost retransmission: one retry is left again.
-	n.qp.Receive(3+10*time.Microsecond, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(3 + 10*time.Microsecond)
+	// Another lost retransmission, an ACK timeout later (a sooner one
+	// would be no charge: TestLostAgainChargedPerTimeout): one retry is
+	// left again.
+	later := 3 + 10*time.Microsecond + ackTimeoutDur(o.timeout)
+	n.qp.Receive(later, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(later)
 	if got := len(n.out.take()); got != 2 || n.qp.State() != StateRTS {
 		t.Fatalf("%d packets resent, state %s", got, n.qp.State())
 	}
@@ -608,18 +611,58 @@ func TestRepeatedNAKInsideMessageIsNoProgress(t *testing.T) {
 	n.qp.Pump(1)
 	all, _ := psns(n.out.take())
 	wantPSNs(t, "go-back-N", all, 2, 3, 4)
-	// The retransmission of 2 was lost too: the last retry, charged
-	// although the NAK's PSN lies inside the WRITE.
-	n.qp.Receive(5, ackPkt(t, 2, bth.SyndromePSNSeqErr, 0))
-	n.qp.Pump(5)
+	// The retransmission of 2 was lost too, an ACK timeout later: the
+	// last retry, charged although the NAK's PSN lies inside the WRITE.
+	to := ackTimeoutDur(o.timeout)
+	n.qp.Receive(5+to, ackPkt(t, 2, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(5 + to)
 	all, _ = psns(n.out.take())
 	wantPSNs(t, "second go-back-N", all, 2, 3, 4)
 	// And again: the retry counter has run out.
-	n.qp.Receive(9, ackPkt(t, 2, bth.SyndromePSNSeqErr, 0))
+	n.qp.Receive(9+2*to, ackPkt(t, 2, bth.SyndromePSNSeqErr, 0))
 	wantWC(t, "write", n.sink.send, WC{ID: 1, Status: WCRetryExcErr, Opcode: WCRDMAWrite})
 	if c := n.qp.Counters(); c.CompleterRetryErr != 2 || c.RetryExceededErr != 1 {
 		t.Errorf("counters %+v", *c)
 	}
+}
+
+// TestLostAgainChargedPerTimeout: a responder that NAKs every lost
+// retransmission of the same PSN, a round trip apart, draws go-backs
+// that cost retry_cnt at most once per ACK timeout: fifty of them within
+// one timeout leave the QP in RTS with retries left (under congestion
+// that keeps losing one packet, they would otherwise run out within a
+// millisecond); spaced an ACK timeout apart, retry_cnt+1 of them end
+// the work request.
+func TestLostAgainChargedPerTimeout(t *testing.T) {
+	o := defaultConn()
+	o.retry = 2
+	n := single(t, Caps{}, o)
+	n.dropsPastGap()
+	sends(t, n, 2)
+	n.qp.Pump(0)
+	n.out.take()
+	to := ackTimeoutDur(o.timeout)
+	now := Time(time.Millisecond)
+	for i := 0; i < 50; i++ {
+		n.qp.Receive(now, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+		n.qp.Pump(now)
+		if got := len(n.out.take()); got == 0 || n.qp.State() != StateRTS {
+			t.Fatalf("NAK %d: %d packets resent, state %s", i, got, n.qp.State())
+		}
+		now += 20 * time.Microsecond
+	}
+	if c := n.qp.Counters(); c.CompleterRetryErr != 1 || c.RcvdSeqErr != 50 {
+		t.Fatalf("counters %+v", *c)
+	}
+	// An ACK timeout after the charge: the last retry.
+	now = time.Millisecond + to
+	n.qp.Receive(now, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	n.qp.Pump(now)
+	if c := n.qp.Counters(); c.CompleterRetryErr != 2 || n.qp.State() != StateRTS {
+		t.Fatalf("a timeout later: state %s, counters %+v", n.qp.State(), *c)
+	}
+	n.qp.Receive(now+to, ackPkt(t, 0, bth.SyndromePSNSeqErr, 0))
+	wantWC(t, "send", n.sink.send, WC{ID: 1, Status: WCRetryExcErr}, WC{ID: 2, Status: WCWRFlushErr})
 }
 
 // The default send window grows by 4 KiB for every window's worth
