@@ -77,7 +77,12 @@
 //     out-of-sequence one: the requester went back (or probes) and the
 //     expected PSN is still missing. Requests of increasing PSN after a
 //     NAK draw no further NAKs, so the requester takes every other NAK
-//     as a new loss.
+//     as a new loss. A NAK saying that the retransmission from the
+//     same PSN was lost again is acted on at once, but costs retry_cnt
+//     at most once per ACK timeout (lostAgain): retry_cnt bounds the
+//     time a request goes unanswered, (retry_cnt+1) ACK timeouts, as
+//     against a responder that NAKs a gap once and leaves the rest to
+//     the requester's timer.
 //   - When nothing has been acknowledged for a little more than a
 //     smoothed round trip, the requester sends its highest-PSN packet again with the
 //     A bit (a loss probe). The answer (an ACK for a duplicate, a NAK
