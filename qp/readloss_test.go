@@ -135,6 +135,42 @@ func TestReadLostMiddleResponse(t *testing.T) {
 	}
 }
 
+// A response past a gap whose payload is not what its PSN's place holds
+// (a MIDDLE of half an MTU) is not kept: the answer to the re-request
+// brings that place's bytes, and the data lands byte for byte.
+func TestReadKeptResponseLengthChecked(t *testing.T) {
+	o := defaultConn()
+	o.sqPSN = 100
+	n := single(t, Caps{}, o)
+	local, key := n.buf(8000, 0x10000, 0)
+	clear(local)
+	remote := make([]byte, 8000)
+	pattern(remote, 5)
+	n.post(t, readWR(1, 0x10000, 8000, key, 0x70000))
+	n.qp.Pump(0)
+	n.out.take()
+	resps := rdResps(t, 100, 0, remote, 1024) // PSNs 100-107
+	deliver(1, n.qp, resps[:3])
+	// 103 is lost; 104 comes short.
+	h := hdr(bth.OpReadRespMiddle, 104)
+	h.Syndrome = bth.SyndromeACKNoCredits
+	n.qp.Receive(1, craft(t, h, make([]byte, 512)))
+	deliver(1, n.qp, resps[5:])
+	n.qp.Pump(1)
+	n.out.take()
+	deliver(2, n.qp, rdResps(t, 100, 3, remote, 1024))
+	n.qp.Pump(2)
+	n.out.take()
+	wantWC(t, "read", n.sink.send, WC{ID: 1, Opcode: WCRDMARead})
+	if !bytes.Equal(local, remote) {
+		for i := range local {
+			if local[i] != remote[i] {
+				t.Fatalf("read data differs from byte %d on", i)
+			}
+		}
+	}
+}
+
 // A lost last response shows when the next READ's answer begins: only
 // the missing one is asked for, the next READ is kept (and not asked for
 // again), and both complete in order once the missing response comes.
