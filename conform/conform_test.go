@@ -466,33 +466,8 @@ func (q *qkeyBlind) Transmit(frames [][]byte) int {
 // TestCatalogueDeliveriesWrongPeer: the scenarios that only count the
 // peer's deliveries fail against a peer whose Q_Key check is reversed.
 func TestCatalogueDeliveriesWrongPeer(t *testing.T) {
-	all, err := Catalogue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := 0
-	for _, sc := range all {
-		expects, counts := false, false
-		for _, st := range sc.Steps {
-			expects = expects || st.Kind == Expect
-			counts = counts || st.Kind == Delivered
-		}
-		if expects || !counts {
-			continue
-		}
-		ran++
-		t.Run(sc.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &qkeyBlind{Link: l} }, SelfOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Pass {
-				t.Errorf("passes against a peer whose Q_Key check is reversed: %s", sc.Rule)
-			}
-		})
-	}
+	ran := againstWrongPeer(t, func(expects, counts bool) bool { return !expects && counts },
+		func(l stack.Link) stack.Link { return &qkeyBlind{Link: l} })
 	if ran < 2 {
 		t.Errorf("%d scenarios count deliveries only", ran)
 	}
@@ -504,33 +479,44 @@ func TestCatalogueDeliveriesWrongPeer(t *testing.T) {
 // answers) cannot see it and is left out: TestCatalogueDeliveriesWrongPeer
 // has those.
 func TestCatalogueWrongPeer(t *testing.T) {
+	ran := againstWrongPeer(t, func(expects, _ bool) bool { return expects },
+		func(l stack.Link) stack.Link { return &wrongPeer{Link: l} })
+	if ran < 25 {
+		t.Errorf("%d scenarios expect answers", ran)
+	}
+}
+
+// againstWrongPeer runs, a subtest each, the catalogue's scenarios that
+// pick chooses (by whether they expect answers and count deliveries)
+// against the self peer with the run's side of its link wrapped by wrap,
+// a peer that breaks rules: each must fail. It returns how many ran.
+func againstWrongPeer(t *testing.T, pick func(expects, counts bool) bool, wrap func(stack.Link) stack.Link) int {
 	all, err := Catalogue()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := 0
 	for _, sc := range all {
-		expects := false
+		expects, counts := false, false
 		for _, st := range sc.Steps {
 			expects = expects || st.Kind == Expect
+			counts = counts || st.Kind == Delivered
 		}
-		if !expects {
+		if !pick(expects, counts) {
 			continue
 		}
 		ran++
 		t.Run(sc.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, func(l stack.Link) stack.Link { return &wrongPeer{Link: l} }, SelfOptions{})
+			r, err := runSelf(ctx, sc, 300*time.Millisecond, nil, wrap, SelfOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.Pass {
-				t.Errorf("passes against a peer whose answers are wrong: %s", sc.Rule)
+				t.Errorf("passes against a peer that breaks its rules: %s", sc.Rule)
 			}
 		})
 	}
-	if ran < 25 {
-		t.Errorf("%d scenarios expect answers", ran)
-	}
+	return ran
 }

@@ -135,6 +135,21 @@ func TestReadLostMiddleResponse(t *testing.T) {
 	}
 }
 
+// oneRead posts a READ of 8000 bytes of the peer's (at 0x70000, filled
+// with pattern seed) into a cleared local buffer at 0x10000, and takes
+// its request; it returns both buffers.
+func oneRead(t *testing.T, n *node, seed byte) (local, remote []byte) {
+	t.Helper()
+	local, key := n.buf(8000, 0x10000, 0)
+	clear(local)
+	remote = make([]byte, 8000)
+	pattern(remote, seed)
+	n.post(t, readWR(1, 0x10000, 8000, key, 0x70000))
+	n.qp.Pump(0)
+	n.out.take()
+	return local, remote
+}
+
 // A response past a gap whose payload is not what its PSN's place holds
 // (a MIDDLE of half an MTU) is not kept: the answer to the re-request
 // brings that place's bytes, and the data lands byte for byte.
@@ -142,13 +157,7 @@ func TestReadKeptResponseLengthChecked(t *testing.T) {
 	o := defaultConn()
 	o.sqPSN = 100
 	n := single(t, Caps{}, o)
-	local, key := n.buf(8000, 0x10000, 0)
-	clear(local)
-	remote := make([]byte, 8000)
-	pattern(remote, 5)
-	n.post(t, readWR(1, 0x10000, 8000, key, 0x70000))
-	n.qp.Pump(0)
-	n.out.take()
+	local, remote := oneRead(t, n, 5)
 	resps := rdResps(t, 100, 0, remote, 1024) // PSNs 100-107
 	deliver(1, n.qp, resps[:3])
 	// 103 is lost; 104 comes short.
@@ -381,13 +390,7 @@ func TestReadLostReRequestAnswer(t *testing.T) {
 // an answer shows a loss at once.
 func TestReadReRequestAnsweredFromMiddle(t *testing.T) {
 	n := single(t, Caps{}, defaultConn())
-	local, key := n.buf(8000, 0x10000, 0)
-	clear(local)
-	remote := make([]byte, 8000)
-	pattern(remote, 17)
-	n.post(t, readWR(1, 0x10000, 8000, key, 0x70000)) // PSNs 0-7
-	n.qp.Pump(0)
-	n.out.take()
+	local, remote := oneRead(t, n, 17) // PSNs 0-7
 	resps := rdResps(t, 0, 0, remote, 1024)
 	deliver(1, n.qp, resps[:2])
 	n.qp.Receive(1, resps[3]) // 2 is lost; the first answer ends here

@@ -41,13 +41,7 @@ func TestReplayUroce(t *testing.T) {
 			args := append([]string{"netns", "exec", n.NS[0].Name(), uroceBin, "replay", "-d", n.Dev[0], "--xdp-mode", "generic"}, c.replay...)
 			args = append(args, filepath.Join(shared, c.capture), n.IP[1].String())
 			out, err := exec.Command("ip", args...).CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			code := exitCode(t, err)
 			if code != c.exit || !regexp.MustCompile(c.want).Match(out) {
 				t.Errorf("replay exited %d (want %d), want %q:\n%s", code, c.exit, c.want, out)
 			}
@@ -86,17 +80,23 @@ func TestReplayPeerFailures(t *testing.T) {
 			if err := r.cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			err := r.wait(t, 2*time.Minute) // a hang fails here
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			code := exitCode(t, r.wait(t, 2*time.Minute)) // a hang fails in wait
 			if code != c.exit || !regexp.MustCompile(c.want).MatchString(r.out.String()) {
 				t.Errorf("replay exited %d (want %d), want %q:\n%s", code, c.exit, c.want, r.out.String())
 			}
 		})
 	}
+}
+
+// exitCode is the exit status of a command that ended with err (0 for
+// nil); an error that is no exit status fails the test.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0
 }
