@@ -253,6 +253,26 @@ func TestRxeLoss(t *testing.T) {
 	g.run(t)
 }
 
+// TestRxeReadLoss runs the READ tools both ways with 5% of the frames of
+// both directions lost: netem on the rxe guest's eth0 and uroce's own
+// fault injection. uroce's READ requester asks again for what is missing
+// only, and its READ responder answers rxe's re-requests.
+func TestRxeReadLoss(t *testing.T) {
+	t.Parallel()
+	drop := []string{"--drop", "0.05"}
+	steps := concat(
+		readLossBoth("-n 300 -s 8192", drop...),
+		readLossBoth("-n 5 -s 1048576", drop...),
+		perfBoth(readLat, "-n 100 -s 3000", drop...),
+	)
+	for i := range steps {
+		steps[i].capture = lossCapture
+		steps[i].name = "read5-" + steps[i].name
+	}
+	g := group{mtu: 1500, netem: "loss 5%", pcap: "rxe-read-loss.pcap", steps: steps}
+	g.run(t)
+}
+
 // TestUroceLoss loses 3% of what uroce sends and duplicates and reorders
 // 1% (uroce's fault injection): rxe handles the gaps, duplicates and
 // reordering, and uroce recovers its own losses.
