@@ -291,50 +291,98 @@ func TestSessionFaults(t *testing.T) {
 
 // TestSessionDupAnswer: the live peer's ACK of a request the replay sent
 // twice (a --dup fault) is counted apart, not taken for the next
-// recorded answer, and the replay agrees; an ACK of an earlier PSN that
-// was sent once is no such answer.
+// recorded answer, and the replay agrees: before the recorded ACK that
+// covers it (a WRITE's first packet), or after it, with a SEND of the
+// peer's next (send_lat: the peer's ACK of the first copy, of the
+// second, then its SEND). An ACK of an earlier PSN that was sent once is
+// no such answer.
 func TestSessionDupAnswer(t *testing.T) {
-	c := load(t, "../pcaps/rxe-6.1/write_bw-uroce_client.pcap")[0]
-	me := c.Initiator()
-	var mine []*Packet
-	var ack *Packet
-	for i := range c.Packets {
-		p := &c.Packets[i]
-		if p.From == me {
-			mine = append(mine, p)
-		} else if ack == nil && isPlainACK(&p.H) {
-			ack = p
-		}
-	}
-	if len(mine) < 3 || ack == nil || !mine[1].H.BTH.PSN.Less(ack.H.BTH.PSN) {
-		t.Fatalf("the capture: %d packets of the played end, first ACK %v", len(mine), ack)
-	}
 	for _, tc := range []struct {
-		psn   bth.PSN
-		agree bool
-	}{{mine[1].H.BTH.PSN, true}, {mine[0].H.BTH.PSN, false}} {
-		s, err := NewSession(c, me, unset, Options{Timeout: time.Millisecond, Faults: Faults{Dup: map[int]bool{2: true}}})
+		capture string
+		dup     int  // the played end's packet sent twice, from 1
+		psnOf   int  // the extra ACK's PSN: that of this packet, from 1
+		split   bool // the extra ACK comes after the first of the recorded answers to dup
+		agree   bool
+	}{
+		{"write_bw-uroce_client.pcap", 2, 2, false, true},
+		{"write_bw-uroce_client.pcap", 2, 1, false, false},
+		{"send_lat-uroce_client.pcap", 1, 1, true, true},
+	} {
+		c := load(t, "../pcaps/rxe-6.1/"+tc.capture)[0]
+		me := c.Initiator()
+		var mine []*Packet
+		var ack *Packet
+		for i := range c.Packets {
+			p := &c.Packets[i]
+			if p.From == me {
+				mine = append(mine, p)
+			} else if ack == nil && isPlainACK(&p.H) {
+				ack = p
+			}
+		}
+		if len(mine) < 3 || ack == nil {
+			t.Fatalf("%s: %d packets of the played end, first ACK %v", tc.capture, len(mine), ack)
+		}
+		s, err := NewSession(c, me, unset, Options{Timeout: time.Millisecond, Faults: Faults{Dup: map[int]bool{tc.dup: true}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cr := &crafted{t: t, s: s, now: time.Unix(1000, 0)}
 		extra := *ack
-		extra.H.BTH.PSN = tc.psn
+		extra.H.BTH.PSN = mine[tc.psnOf-1].H.BTH.PSN
 		rec := recorded(c, me, nil)
 		r, _ := cr.run(func(k int) [][]byte {
 			switch {
-			case k < 3:
+			case k < tc.dup:
 				return rec(k)
-			case k == 3: // after the second copy of packet 2
-				return [][]byte{cr.encode(&extra)}
+			case k == tc.dup && tc.split:
+				return rec(k)[:1]
+			case k == tc.dup:
+				return rec(k)
+			case k == tc.dup+1: // after the second copy
+				out := [][]byte{cr.encode(&extra)}
+				if tc.split {
+					out = append(out, rec(tc.dup)[1:]...)
+				}
+				return out
 			}
 			return rec(k - 1)
 		})
-		if r.Agree != tc.agree || (r.DupAnswers == 1) != tc.agree || r.Duplicated != 1 {
+		if r.Agree != tc.agree || (tc.agree && r.DupAnswers != 1) || r.Duplicated != 1 {
 			var b bytes.Buffer
 			r.WriteText(&b)
-			t.Errorf("an ACK of PSN %#x: agree %v, %d ACKs of a duplicate; want agree %v:\n%s", tc.psn, r.Agree, r.DupAnswers, tc.agree, b.String())
+			t.Errorf("%s, packet %d twice, an ACK of packet %d's PSN: agree %v, %d answers to a duplicate; want agree %v:\n%s",
+				tc.capture, tc.dup, tc.psnOf, r.Agree, r.DupAnswers, tc.agree, b.String())
 		}
+	}
+}
+
+// TestSessionDupREADAnswer: a READ request sent twice is executed twice
+// (IBTA 9.7.5.1.1); the second answer's responses are counted apart, and
+// the replay agrees.
+func TestSessionDupREADAnswer(t *testing.T) {
+	c := load(t, "../pcaps/rxe-6.1/read_bw-uroce_server.pcap")[0]
+	me := c.Initiator()
+	s, err := NewSession(c, me, unset, Options{Timeout: time.Millisecond, Faults: Faults{Dup: map[int]bool{1: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := &crafted{t: t, s: s, now: time.Unix(1000, 0)}
+	rec := recorded(c, me, nil)
+	first := len(rec(1))
+	r, _ := cr.run(func(k int) [][]byte {
+		switch {
+		case k == 1:
+			return rec(1)
+		case k == 2: // the copy: its answer again
+			return rec(1)
+		}
+		return rec(k - 1)
+	})
+	if !r.Agree || r.DupAnswers != first || first < 2 {
+		var b bytes.Buffer
+		r.WriteText(&b)
+		t.Errorf("agree %v, %d answers to a duplicate, want %d:\n%s", r.Agree, r.DupAnswers, first, b.String())
 	}
 }
 

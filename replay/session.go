@@ -150,10 +150,11 @@ type Report struct {
 	Sent         int    `json:"sent"`
 	Dropped      int    `json:"dropped,omitempty"`
 	Duplicated   int    `json:"duplicated,omitempty"`
-	// DupAnswers counts the live peer's plain ACKs of a request this end
-	// sent twice (--dup), left out of the answers: a responder
-	// acknowledges a duplicate again (IBTA 9.7.5.1.1), and the recording
-	// had no duplicate to answer.
+	// DupAnswers counts the live peer's answers to a request this end
+	// sent twice (--dup), left out of the answers: a responder answers a
+	// duplicate again (IBTA 9.7.5.1.1: an ACK, a READ's responses, an
+	// atomic's saved result), and the recording had no duplicate to
+	// answer.
 	DupAnswers int      `json:"dup_answers,omitempty"`
 	Corrupted  int      `json:"corrupted,omitempty"`
 	Answers    []Answer `json:"answers"`
@@ -225,12 +226,14 @@ type Session struct {
 	peerSends []int // indexes in exp of the peer's SENDs that PeerSend makes
 	peerNext  int   // the next of them to make
 
-	dups   []bth.PSN // live PSNs of the requests sent twice
-	out    [][]byte
-	hold   []held
-	buf    []byte
-	rep    Report
-	parsed bth.Packet
+	dups     []bth.PSN // live PSNs of the requests sent twice
+	respHigh bth.PSN   // the highest recorded PSN of a response matched ...
+	respSeen bool      // ... once one was
+	out      [][]byte
+	hold     []held
+	buf      []byte
+	rep      Report
+	parsed   bth.Packet
 }
 
 // NewSession prepares to play end me (0 or 1) of c.
@@ -695,13 +698,16 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 			s.peerHigh, s.peerSeen = h.BTH.PSN, true
 		}
 	}
-	if s.matched >= len(s.exp) {
-		s.rep.Unexpected = append(s.rep.Unexpected, s.describe(&h, len(payload), false))
-		return true
+	var want *Packet
+	if s.matched < len(s.exp) {
+		want = s.exp[s.matched]
 	}
-	want := s.exp[s.matched]
 	if s.dupAnswer(&h, want) {
 		s.rep.DupAnswers++
+		return true
+	}
+	if want == nil {
+		s.rep.Unexpected = append(s.rep.Unexpected, s.describe(&h, len(payload), false))
 		return true
 	}
 	if j := s.coalescedInto(&h); j > s.matched {
@@ -739,14 +745,33 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 	}
 	s.rep.Answers = append(s.rep.Answers, a)
 	s.matched++
+	if !want.Request() && !h.Info().Request && (!s.respSeen || s.respHigh.Less(want.H.BTH.PSN)) {
+		s.respHigh, s.respSeen = want.H.BTH.PSN, true
+	}
 	return true
 }
 
-// dupAnswer reports whether the live packet h is a plain ACK of a
-// request this end sent twice that comes before the next recorded
-// answer, want, a plain ACK of a later PSN: the answer to the duplicate.
+// dupAnswer reports whether the live response h answers a request this
+// end sent twice, not the next recorded answer (want, nil when none is
+// left): its PSN is not past a duplicated request's, and the recorded
+// answers up to its PSN were matched already (a responder answers a
+// duplicate again: an ACK, a READ's responses, an atomic's saved
+// result), or it is a plain ACK of the duplicated PSN before want, a
+// plain ACK of a later PSN.
 func (s *Session) dupAnswer(h *bth.Headers, want *Packet) bool {
-	if !isPlainACK(h) || !isPlainACK(&want.H) || !s.recPSN(h).Less(want.H.BTH.PSN) {
+	if h.Info().Request || len(s.dups) == 0 {
+		return false
+	}
+	rec := s.recPSN(h)
+	if s.respSeen && rec.LessEq(s.respHigh) {
+		for _, p := range s.dups {
+			if p.LessEq(h.BTH.PSN) {
+				return true
+			}
+		}
+		return false
+	}
+	if want == nil || !isPlainACK(h) || !isPlainACK(&want.H) || !rec.Less(want.H.BTH.PSN) {
 		return false
 	}
 	for _, p := range s.dups {

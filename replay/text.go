@@ -37,7 +37,7 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, x := range []struct {
 		n    int
 		what string
-	}{{r.Dropped, "dropped"}, {r.Duplicated, "duplicated"}, {r.DupAnswers, "ACKs of a duplicate (not answers)"}, {r.Corrupted, "corrupted"}, {r.BadICRC, "answers with a bad ICRC"}, {r.CNPs, "CNPs (not answers)"}, {r.Resent, "requests the peer sent again (not answers)"}} {
+	}{{r.Dropped, "dropped"}, {r.Duplicated, "duplicated"}, {r.DupAnswers, "answers to a duplicate (not counted)"}, {r.Corrupted, "corrupted"}, {r.BadICRC, "answers with a bad ICRC"}, {r.CNPs, "CNPs (not answers)"}, {r.Resent, "requests the peer sent again (not answers)"}} {
 		if x.n > 0 {
 			fmt.Fprintf(w, ", %d %s", x.n, x.what)
 		}
