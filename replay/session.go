@@ -144,21 +144,21 @@ type Answer struct {
 
 // Report is the outcome of a replay.
 type Report struct {
-	Conversation string `json:"conversation"`
-	Played       string `json:"played"`
-	Pace         string `json:"pace"`
-	Sent         int    `json:"sent"`
-	Dropped      int    `json:"dropped,omitempty"`
-	Duplicated   int    `json:"duplicated,omitempty"`
+	Conversation string   `json:"conversation"`
+	Played       string   `json:"played"`
+	Pace         string   `json:"pace"`
+	Sent         int      `json:"sent"`
+	Dropped      int      `json:"dropped,omitempty"`
+	Duplicated   int      `json:"duplicated,omitempty"`
+	Corrupted    int      `json:"corrupted,omitempty"`
+	Answers      []Answer `json:"answers"`
+	Unexpected   []string `json:"unexpected,omitempty"`
 	// DupAnswers counts the live peer's answers to a request this end
 	// sent twice (--dup), left out of the answers: a responder answers a
 	// duplicate again (IBTA 9.7.5.1.1: an ACK, a READ's responses, an
 	// atomic's saved result), and the recording had no duplicate to
 	// answer.
-	DupAnswers int      `json:"dup_answers,omitempty"`
-	Corrupted  int      `json:"corrupted,omitempty"`
-	Answers    []Answer `json:"answers"`
-	Unexpected []string `json:"unexpected,omitempty"`
+	DupAnswers int `json:"dup_answers,omitempty"`
 	// CNPs counts the congestion notifications the live peer sent: not
 	// answers (a conversation leaves the recorded ones out too).
 	CNPs int `json:"cnps,omitempty"`
@@ -752,30 +752,21 @@ func (s *Session) Input(frame []byte, now time.Time) bool {
 }
 
 // dupAnswer reports whether the live response h answers a request this
-// end sent twice, not the next recorded answer (want, nil when none is
-// left): its PSN is not past a duplicated request's, and the recorded
-// answers up to its PSN were matched already (a responder answers a
-// duplicate again: an ACK, a READ's responses, an atomic's saved
-// result), or it is a plain ACK of the duplicated PSN before want, a
-// plain ACK of a later PSN.
+// end sent twice rather than the next recorded answer (want, nil when
+// none is left): either the recorded answers up to its PSN were matched
+// already and its PSN is at or after a duplicated request's (a responder
+// answers a duplicate again: an ACK, a READ's responses, an atomic's
+// saved result), or it is a plain ACK of a duplicated request's PSN
+// that comes before want, a plain ACK of a later PSN.
 func (s *Session) dupAnswer(h *bth.Headers, want *Packet) bool {
 	if h.Info().Request || len(s.dups) == 0 {
 		return false
 	}
 	rec := s.recPSN(h)
-	if s.respSeen && rec.LessEq(s.respHigh) {
-		for _, p := range s.dups {
-			if p.LessEq(h.BTH.PSN) {
-				return true
-			}
-		}
-		return false
-	}
-	if want == nil || !isPlainACK(h) || !isPlainACK(&want.H) || !rec.Less(want.H.BTH.PSN) {
-		return false
-	}
+	answered := s.respSeen && rec.LessEq(s.respHigh)
+	early := want != nil && isPlainACK(h) && isPlainACK(&want.H) && rec.Less(want.H.BTH.PSN)
 	for _, p := range s.dups {
-		if p == h.BTH.PSN {
+		if answered && p.LessEq(h.BTH.PSN) || early && p == h.BTH.PSN {
 			return true
 		}
 	}
