@@ -10,7 +10,13 @@ import (
 // Group plays several sessions over one link, each on its own QP (the
 // conversations of one capture, as perftest -R's exchange and test
 // conversations): every frame received goes to the session whose QP it
-// names. With Limit on each, they keep the recorded order between them.
+// names. With Limit on each, they keep the recorded order between them
+// stage by stage; within a stage, unless the pace is fast, a session
+// sends a packet only once every other one has sent what was recorded
+// before it and had the answers recorded before it (or given them up),
+// so that the peer sees the conversations interleaved as recorded
+// (ibv_srq_pingpong's server posts its last SENDs by the order of its
+// completions over both QPs).
 type Group struct {
 	Sessions []*Session
 	out      [][]byte
@@ -18,18 +24,37 @@ type Group struct {
 }
 
 // Poll implements Player: the frames of every session, and the earliest
-// time one wants to be called.
+// time one wants to be called. A session's packet may be the turn of
+// another that comes later in Sessions: the sessions are polled again as
+// long as one of them sends.
 func (g *Group) Poll(now time.Time) ([][]byte, time.Time) {
 	g.out = g.out[:0]
 	var wake time.Time
-	for _, s := range g.Sessions {
-		out, w := s.Poll(now)
-		g.out = append(g.out, out...)
-		if !s.Done() && !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
-			wake = w
+	for sent := true; sent; {
+		sent = false
+		for _, s := range g.Sessions {
+			s.order = g.order(s)
+			out, w := s.Poll(now)
+			sent = sent || len(out) > 0
+			g.out = append(g.out, out...)
+			if !s.Done() && !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
+				wake = w
+			}
 		}
 	}
 	return g.out, wake
+}
+
+// order returns the earliest frame the sessions other than s still wait
+// for (0: none).
+func (g *Group) order(s *Session) int {
+	o := 0
+	for _, t := range g.Sessions {
+		if f := t.frontier(); t != s && f > 0 && (o == 0 || f < o) {
+			o = f
+		}
+	}
+	return o
 }
 
 // Input implements Player.

@@ -209,6 +209,9 @@ type Session struct {
 	done     bool
 	limit    int  // frame before which this part of the replay ends (0: none)
 	paused   bool // at the limit
+	// order is the frame before which this end may send, set by a Group
+	// from the other conversations' next packets and answers (0: none).
+	order int
 
 	ourBase, peerBase bth.PSN // recorded first PSNs
 	ourOff, peerOff   int
@@ -354,6 +357,22 @@ func (s *Session) Done() bool { return s.done || s.paused }
 // of one capture (Group) are played in their recorded order this way.
 func (s *Session) Limit(frame int) { s.limit, s.paused = frame, false }
 
+// frontier returns the capture's frame of the first thing this end
+// still waits for: its next packet to send or the next recorded answer
+// (0: none).
+func (s *Session) frontier() int {
+	f := 0
+	if s.next < len(s.plan) {
+		f = s.plan[s.next].p.Frame
+	}
+	if s.matched < len(s.exp) {
+		if a := s.exp[s.matched].Frame; f == 0 || a < f {
+			f = a
+		}
+	}
+	return f
+}
+
 // Report returns the outcome so far.
 func (s *Session) Report() *Report {
 	r := s.rep
@@ -408,6 +427,9 @@ func (s *Session) Poll(now time.Time) ([][]byte, time.Time) {
 				soon(t)
 				return s.out, wake
 			}
+		}
+		if s.opt.Pace != PaceFast && s.order > 0 && st.p.Frame > s.order {
+			return s.out, wake // another conversation's turn (Group)
 		}
 		if s.opt.Pace == PaceRecorded && s.started {
 			due := s.lastSent.Add(st.p.Time - s.lastRec)
