@@ -149,6 +149,10 @@ func (q *QP) Type() Type { return q.typ }
 // State returns the current state.
 func (q *QP) State() State { return q.state }
 
+// DestQPN returns the number of the QP it is connected to (RC and UC,
+// once set).
+func (q *QP) DestQPN() uint32 { return q.attr.DestQPN }
+
 // Counters returns the counters the QP increments.
 func (q *QP) Counters() *Counters { return q.ctr }
 

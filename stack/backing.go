@@ -165,7 +165,7 @@ func (m *qpMemory) backed(mr *MR, va uint64, n uint32, mode bounceMode) ([]byte,
 	}
 	q := m.q
 	if q.inEngine {
-		return q.eng.bounceIn(mr, off, n, mode)
+		return q.eng.Load().bounceIn(mr, off, n, mode)
 	}
 	if mode != bounceRead {
 		// Only engines write (a write-back needs their batch); verbs

@@ -81,9 +81,13 @@
 // # Multiple queues
 //
 // A device may run several link queues (Config.Links, or the queues of
-// an interface), one engine each; QPs are spread over the engines by
-// QPN. A frame that arrives on another queue than its QP's is copied to
-// the owning engine (counted as rcv_steered).
+// an interface), one engine each. A QP starts on the engine its QPN
+// names; an RC or UC QP moves, once connected, to the engine the pair
+// of QP numbers names (QP.placeAtRTR), the pair its UDP source port is
+// derived from: both ends compute it alike, so two uroce devices with
+// as many queues agree on the queue of each QP whatever their QP
+// numbers. A frame that arrives on another queue than its QP's is copied
+// to the owning engine (counted as rcv_steered).
 //
 // # Links
 //

@@ -251,7 +251,7 @@ func (e *engine) step() bool {
 		e.kicked = e.spare[:0]
 		e.kickPending.Store(false)
 		for _, q := range list {
-			q.kicked = false
+			q.kicked.Store(false)
 		}
 		e.kickMu.Unlock()
 		for _, q := range list {
@@ -405,8 +405,26 @@ func (e *engine) releaseCur() {
 		d, armed = q.q.Deadline()
 		busy = q.q.Busy()
 	}
+	owner := q.eng.Load() == e
+	moved := false
+	if owner && q.moveTo != nil && !q.destroyed && !q.active {
+		// Handed over (QP.placeAtRTR), out of this engine's timers
+		// before the new one can see it; that one takes it from a
+		// kick, timer and all.
+		if q.heapIdx >= 0 {
+			e.timers.remove(q.heapIdx)
+		}
+		q.eng.Store(q.moveTo)
+		q.moveTo, moved = nil, true
+	}
 	q.unlock()
 	e.writeBack()
+	if moved || !owner {
+		// Moved, or owned by another engine and kicked here before it
+		// moved: the news go to its owner.
+		q.kick()
+		return
+	}
 	switch {
 	case armed && q.heapIdx < 0:
 		q.deadline = d
@@ -463,17 +481,17 @@ func (e *engine) input(f []byte, now Time) {
 		e.c.rcvUnknownQPN++
 		return
 	}
-	if q.eng != e {
+	if owner := q.eng.Load(); owner != e {
 		// The NIC steered the frame to another queue than the QP's:
 		// hand a copy to the QP's engine.
 		e.c.rcvSteered++
-		if !q.eng.in.put(f) {
+		if !owner.in.put(f) {
 			e.c.rcvSteerDrop++
 			return
 		}
-		if q.eng.sleeping.Load() {
+		if owner.sleeping.Load() {
 			e.releaseCur() // no system call with a QP's lock held
-			q.eng.link.Wake()
+			owner.link.Wake()
 		}
 		return
 	}

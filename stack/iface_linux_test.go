@@ -32,7 +32,7 @@ func vethPair(t *testing.T, mtu int) *netns.Pair {
 
 // openIn opens a device on dev inside namespace ns; it is closed when the
 // test ends (before the namespace is deleted).
-func openIn(t *testing.T, ns *netns.Namespace, cfg stack.Config) *stack.Device {
+func openIn(t testing.TB, ns *netns.Namespace, cfg stack.Config) *stack.Device {
 	t.Helper()
 	d, err := tryOpenIn(ns, cfg)
 	if err != nil {

@@ -254,9 +254,11 @@ type QPAttr struct {
 // the transport state itself is touched only under the QP's lock, by the
 // engine that owns the QP and by verbs calls.
 type QP struct {
-	dev    *Device
-	pd     *PD
-	eng    *engine
+	dev *Device
+	pd  *PD
+	// eng is the engine that owns the QP: changed only by that engine,
+	// with the QP's lock held (releaseCur), when the QP moves to moveTo.
+	eng    atomic.Pointer[engine]
 	qpn    uint32
 	init   QPInit
 	sendCQ *CQ
@@ -279,6 +281,7 @@ type QP struct {
 	out       qpOutput
 	sink      qpSink
 	mem       qpMemory
+	moveTo    *engine // the engine the QP moves to once its own lets it go (placeAtRTR)
 
 	// Owned by the engine goroutine.
 	heapIdx  int  // index in the timer heap, -1 when not armed
@@ -286,7 +289,7 @@ type QP struct {
 	active   bool // in the engine's list of QPs to pump
 	busy     bool // had packets to send when last released
 
-	kicked bool // guarded by eng.kickMu
+	kicked atomic.Bool // in an engine's kick list
 }
 
 // CreateQP creates a queue pair (ibv_create_qp) in the RESET state.
@@ -331,7 +334,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		q.dropUses()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
-	q.eng = d.engines[int(q.qpn)%len(d.engines)]
+	q.eng.Store(d.engines[int(q.qpn)%len(d.engines)])
 	caps := qp.Caps{
 		Type:           init.Type,
 		QPN:            q.qpn,
@@ -364,7 +367,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		env.Local = (*qpLocal)(q)
 	}
 	if init.Type == RC && d.cfg.KeepPastGap {
-		env.Stash = &q.eng.stash
+		env.Stash = &q.eng.Load().stash
 	}
 	t, err := qp.New(caps, env)
 	if err != nil {
@@ -505,6 +508,9 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		q.ah.DMAC = path.av.Path.DstMAC
 		q.peer, q.local = path.dst, path.src
 		q.prio = q.dev.cfg.Marking.pathPriority(&path.av.Path)
+	}
+	if err == nil && mask&(qp.AttrAV|qp.AttrDestQPN) != 0 {
+		q.placeAtRTR()
 	}
 	q.unlock()
 	if err != nil {
@@ -756,16 +762,50 @@ func (q *QP) Destroy() error {
 	return nil
 }
 
+// placeAtRTR chooses the engine of a connected QP by the pair of QP
+// numbers, the flow's identity both ends share: bth.SourcePort derives
+// the UDP source port from the same pair, as NICs spread such flows
+// over their queues by the port. Both ends compute it alike (pairEngine),
+// so two uroce devices with as many queues put the QP on the same queue
+// index whatever their QP numbers, and its frames arrive on the queue
+// of the engine that owns it. The QP's engine hands it over the next
+// time it lets the QP go (releaseCur) while the QP is not in its list
+// of QPs to pump: at once when the modify's kick is the first news, as
+// it is when a QP is connected before work is posted. A QP keeping
+// requests past a gap borrows its engine's buffers
+// (Config.KeepPastGap) and stays where it is. Called with the QP's lock
+// held.
+func (q *QP) placeAtRTR() {
+	n := len(q.dev.engines)
+	if n < 2 || q.dev.cfg.KeepPastGap || (q.init.Type != RC && q.init.Type != UC) {
+		return
+	}
+	to := q.dev.engines[pairEngine(q.qpn, q.q.DestQPN(), n)]
+	q.moveTo = nil
+	if to != q.eng.Load() {
+		q.moveTo = to
+	}
+}
+
+// pairEngine maps a connection, the QP numbers of its two ends, to one
+// of n engines, the same at both ends: by the lower number, so that ends
+// numbered alike keep every QP on the engine its number gave it at
+// creation, and consecutive pairs take turns however the ends' numbers
+// differ. The source port itself would spread badly: of two small QP
+// numbers it is their product, even whenever one of them is.
+func pairEngine(a, b uint32, n int) int {
+	return int(min(a, b) % uint32(n))
+}
+
 // kick queues the QP for its engine's attention and wakes the engine.
 func (q *QP) kick() {
-	e := q.eng
-	e.kickMu.Lock()
-	if !q.kicked {
-		q.kicked = true
+	e := q.eng.Load()
+	if q.kicked.CompareAndSwap(false, true) {
+		e.kickMu.Lock()
 		e.kicked = append(e.kicked, q)
 		e.kickPending.Store(true)
+		e.kickMu.Unlock()
 	}
-	e.kickMu.Unlock()
 	if e.sleeping.Load() {
 		e.link.Wake()
 	}
@@ -783,7 +823,7 @@ func (o *qpOutput) Send(h *bth.Headers, payload []byte) bool {
 	if !q.inEngine {
 		return false
 	}
-	return q.eng.send(q, h, payload)
+	return q.eng.Load().send(q, h, payload)
 }
 
 // qpSink routes a QP's completions to its CQs.
@@ -793,7 +833,7 @@ type qpSink struct{ q *QP }
 // the completion announces is written back first.
 func (s *qpSink) Complete(wc *WC, recv bool) {
 	if s.q.inEngine {
-		s.q.eng.writeBack()
+		s.q.eng.Load().writeBack()
 	}
 	c := s.q.sendCQ
 	if recv {
@@ -806,7 +846,7 @@ func (s *qpSink) Complete(wc *WC, recv bool) {
 		return
 	}
 	if s.q.inEngine {
-		s.q.eng.publishLater(c)
+		s.q.eng.Load().publishLater(c)
 	} else {
 		// A verbs call completing work (a QP moved to ERR): the caller
 		// holds the QP's lock, as engines do; completions are rare here.

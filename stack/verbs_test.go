@@ -657,3 +657,107 @@ func TestMultiQueueSteering(t *testing.T) {
 		t.Errorf("queues %d", q.NumQueues)
 	}
 }
+
+// TestMultiQueuePlacement runs two queues per device, wired queue to
+// queue as veth pairs are, with QP numbers that differ between the ends:
+// every connected QP moves to the engine its pair of QP numbers names on
+// both ends, so no frame needs a hand-off, whatever the QP numbers, and
+// the QPs take turns on the engines. With the
+// engines running, work is posted at once after the modifies, so that
+// moves race with it (under the race detector too).
+func TestMultiQueuePlacement(t *testing.T) {
+	for _, run := range []bool{false, true} { // simulated steps, then the engines' goroutines
+		t.Run(map[bool]string{false: "manual", true: "running"}[run], func(t *testing.T) {
+			var clock Clock = NewMonotonicClock()
+			fake := NewFakeClock(0)
+			if !run {
+				clock = fake
+			}
+			a0, b0 := pipe.New(pipe.Config{MTU: 9000})
+			a1, b1 := pipe.New(pipe.Config{MTU: 9000})
+			nb := StaticNeighbors{ipA: macA, ipB: macB}
+			da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: !run, Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := Open(context.Background(), Config{Links: []Link{b0, b1}, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Manual: !run, Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { da.Close(); db.Close() })
+			A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
+			B.qp(t, RC) // B's QP numbers are one ahead of A's
+			const n = 8
+			var qas, qbs []*QP
+			for i := 0; i < n; i++ {
+				qa, qb := A.qp(t, RC), B.qp(t, RC)
+				connect(t, qa, qb, 1, 0, 0, AccessRemoteWrite|AccessRemoteRead)
+				qas, qbs = append(qas, qa), append(qbs, qb)
+			}
+			if !run { // the engines take in the modifies, as running ones do at once
+				for _, d := range []*Device{da, db, da, db} {
+					d.Step()
+				}
+			}
+			for i, qa := range qas {
+				fill(A.buf[i<<16:(i+1)<<16], byte(i))
+				op := OpWrite
+				if i%2 == 1 {
+					op = OpRead // B's data to A
+					fill(B.buf[i<<16:(i+1)<<16], byte(i))
+				}
+				wr := SendWR{ID: uint64(i), Op: op, Flags: SendSignaled, SG: []SGE{A.mr.SGE(uint64(i)<<16, 1<<16)},
+					Remote: RemoteAddr{B.mr.Addr() + uint64(i)<<16, B.mr.RKey()}}
+				if err := qa.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []WC
+			if run {
+				wcs := make([]WC, 16)
+				for deadline := time.Now().Add(time.Minute); len(got) < n && time.Now().Before(deadline); {
+					k := A.cq.Poll(wcs)
+					got = append(got, wcs[:k]...)
+					if k == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			} else {
+				got = pollN(t, &simPair{clock: fake, a: da, b: db}, A.cq, n)
+			}
+			if len(got) != n {
+				t.Fatalf("%d completions of %d", len(got), n)
+			}
+			for _, wc := range got {
+				if wc.Status != 0 {
+					t.Fatalf("wr %d: %v", wc.ID, wc.Status)
+				}
+			}
+			if !bytes.Equal(A.buf[:n<<16], B.buf[:n<<16]) {
+				t.Fatal("data differs")
+			}
+			spread := map[*engine]int{}
+			for i := range qas {
+				for _, q := range []*QP{qas[i], qbs[i]} {
+					want := q.dev.engines[pairEngine(q.QPN(), q.q.DestQPN(), 2)]
+					if q.eng.Load() != want {
+						t.Errorf("qp %#x of the pair with %#x: on another engine than its pair's", q.QPN(), q.q.DestQPN())
+					}
+					if q.dev == da {
+						spread[want]++
+					}
+				}
+			}
+			if len(spread) != 2 || spread[da.engines[0]] != n/2 {
+				t.Errorf("the QPs spread over the engines %v, want %d on each", spread, n/2)
+			}
+			if !run { // with engines running, a frame may come before its QP moved
+				for _, d := range []*Device{da, db} {
+					if c := d.Counters(); c.RcvSteered != 0 {
+						t.Errorf("%d frames handed between engines", c.RcvSteered)
+					}
+				}
+			}
+		})
+	}
+}
