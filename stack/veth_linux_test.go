@@ -142,17 +142,7 @@ func TestVethMultiQueuePlacement(t *testing.T) {
 	netnstest.RequireAFXDP(t)
 	p := netnstest.NewPair(t, netns.PairConfig{Prefix: "ust", Queues: 2})
 	a, b, _, _ := vethDevices(t, p, stack.Config{}, nil)
-	pd, err := b.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := b.CreateCQ(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 1, MaxRecvWR: 1}); err != nil {
-		t.Fatal(err)
-	}
+	takeQPNs(t, b, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := demo.Exercise(ctx, a, b, demo.Workload{Size: 65536, Count: 50, Latency: -1, Ops: []demo.Op{demo.RCWrite, demo.RCRead, demo.RCSend}}); err != nil {
@@ -161,6 +151,28 @@ func TestVethMultiQueuePlacement(t *testing.T) {
 	for _, d := range []*stack.Device{a, b} {
 		if c := d.Counters(); c.RcvSteered*10 > c.RcvdPkts {
 			t.Errorf("%d frames of %d handed between engines", c.RcvSteered, c.RcvdPkts)
+		}
+	}
+}
+
+// takeQPNs creates n QPs on d that stay unused, so that d's next QP
+// numbers are n ahead of another device's.
+func takeQPNs(tb testing.TB, d *stack.Device, n int) {
+	tb.Helper()
+	if n == 0 {
+		return
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 1, MaxRecvWR: 1}); err != nil {
+			tb.Fatal(err)
 		}
 	}
 }
@@ -176,19 +188,7 @@ func BenchmarkVethMultiQueue(b *testing.B) {
 			b.Run(fmt.Sprintf("%v/qpn-offset-%d", strings.ReplaceAll(op.String(), " ", "_"), offset), func(b *testing.B) {
 				p := netnstest.NewPair(b, netns.PairConfig{Prefix: "ust", Queues: 2, MTU: 9000})
 				da, db, _, _ := vethDevices(b, p, stack.Config{}, nil)
-				for i := 0; i < offset; i++ {
-					pd, err := db.AllocPD()
-					if err != nil {
-						b.Fatal(err)
-					}
-					cq, err := db.CreateCQ(4)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 1, MaxRecvWR: 1}); err != nil {
-						b.Fatal(err)
-					}
-				}
+				takeQPNs(b, db, offset)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				defer cancel()
 				b.ResetTimer()

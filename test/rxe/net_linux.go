@@ -390,6 +390,12 @@ func (n *Net) pickAddrLocked(want string) (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("no free address in 192.0.2.0/24")
 }
 
+// tapQueueLen is the frames a tap device holds for its guest until QEMU
+// reads them (its transmit queue). A guest under emulation reads slowly,
+// and the default of 1000 is a burst of 1000 UD datagrams, all of which
+// ib_send_bw's server waits for: one over and it waits for good.
+const tapQueueLen = 10000
+
 // newTap creates a tap device on the bridge for one guest.
 func (n *Net) newTap() (string, error) {
 	n.mu.Lock()
@@ -398,7 +404,7 @@ func (n *Net) newTap() (string, error) {
 	n.mu.Unlock()
 	steps := [][]string{
 		{"tuntap", "add", "dev", tap, "mode", "tap"},
-		{"link", "set", tap, "mtu", strconv.Itoa(bridgePortMTU), "master", Bridge, "up"},
+		{"link", "set", tap, "mtu", strconv.Itoa(bridgePortMTU), "txqueuelen", strconv.Itoa(tapQueueLen), "master", Bridge, "up"},
 	}
 	for _, s := range steps {
 		if err := n.ns.IP(s...); err != nil {
