@@ -612,24 +612,36 @@ func TestSRQ(t *testing.T) {
 	}
 }
 
+// twoQueueDevices opens two devices of two queues each over pipes:
+// queue k to queue k, as a veth pair, or crossed (queue k to the other's
+// 1-k).
+func twoQueueDevices(t *testing.T, clock Clock, manual, crossed bool) (da, db *Device) {
+	t.Helper()
+	a0, b0 := pipe.New(pipe.Config{MTU: 9000})
+	a1, b1 := pipe.New(pipe.Config{MTU: 9000})
+	if crossed {
+		b0, b1 = b1, b0
+	}
+	nb := StaticNeighbors{ipA: macA, ipB: macB}
+	da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: manual, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(context.Background(), Config{Links: []Link{b0, b1}, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Manual: manual, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close(); db.Close() })
+	return da, db
+}
+
 // TestMultiQueueSteering runs two queues per device, cross-wired so that
 // every frame arrives on a queue whose engine does not own its QP: the
 // engines must hand the frames to each other.
 func TestMultiQueueSteering(t *testing.T) {
 	clock := NewFakeClock(0)
-	a0, b1 := pipe.New(pipe.Config{MTU: 9000})
-	a1, b0 := pipe.New(pipe.Config{MTU: 9000})
-	nb := StaticNeighbors{ipA: macA, ipB: macB}
-	da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: true, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(context.Background(), Config{Links: []Link{b0, b1}, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Manual: true, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	da, db := twoQueueDevices(t, clock, true, true)
 	s := &simPair{clock: clock, a: da, b: db}
-	t.Cleanup(func() { da.Close(); db.Close() })
 	A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
 	var wrs []SendWR
 	for i := 0; i < 4; i++ {
@@ -673,18 +685,7 @@ func TestMultiQueuePlacement(t *testing.T) {
 			if !run {
 				clock = fake
 			}
-			a0, b0 := pipe.New(pipe.Config{MTU: 9000})
-			a1, b1 := pipe.New(pipe.Config{MTU: 9000})
-			nb := StaticNeighbors{ipA: macA, ipB: macB}
-			da, err := Open(context.Background(), Config{Links: []Link{a0, a1}, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: nb, Manual: !run, Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			db, err := Open(context.Background(), Config{Links: []Link{b0, b1}, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Manual: !run, Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { da.Close(); db.Close() })
+			da, db := twoQueueDevices(t, clock, !run, false)
 			A, B := newSide(t, da, 1<<20, 64), newSide(t, db, 1<<20, 64)
 			B.qp(t, RC) // B's QP numbers are one ahead of A's
 			const n = 8
