@@ -255,9 +255,14 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		t.Fatalf("the guest runs kernel %s, want %s", peer.Image.KVer, g.kernel)
 	}
 	results := make([]result, len(g.steps))
+	// A guest step ends within its timeout, and the next one begins right
+	// after it: a mark later than that is a guest gone wrong (a kernel
+	// that hangs or panics), not one that is slow.
+	markWait := g.timeout() + 30*time.Second
+	ran := len(g.steps)
 	for i, s := range g.steps {
-		if err := waitFor(ctx, peer, beginMark+s.name+"\n"); err != nil {
-			t.Fatalf("step %s: guest never began it: %v\nguest output:\n%s", s.name, err, peer.Output())
+		if err := waitFor(ctx, peer, beginMark+s.name+"\n", markWait); err != nil {
+			t.Fatalf("step %s: guest never began it: %v\nguest output:\n%s\nend of its console:\n%s", s.name, err, peer.Output(), lastLines(peer.Log(), 40))
 		}
 		argsOf := func(a []string) []string {
 			args := append([]string(nil), a...)
@@ -332,10 +337,19 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 		}
 		results[i].uroceOut, results[i].uroceExit = out.String(), code
 		t.Logf("step %s: uroce %s: exit %d after %v", s.name, strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond))
-		if err := waitFor(ctx, peer, endMark+s.name+" "); err != nil {
-			t.Fatalf("step %s: guest never ended it: %v\nguest output:\n%s", s.name, err, peer.Output())
+		if err := waitFor(ctx, peer, endMark+s.name+" ", markWait); err != nil {
+			t.Fatalf("step %s: guest never ended it: %v\nuroce:\n%s\nguest output:\n%s\nend of its console:\n%s", s.name, err, out.String(), peer.Output(), lastLines(peer.Log(), 40))
 		}
 		results[i].to = time.Now()
+		if code != s.uroceExit {
+			// The steps after a failed one would run against a peer in
+			// an unknown state and fail in its wake, each after its
+			// timeout: the group ends here, and the steps run so far
+			// are checked as usual.
+			ran = i + 1
+			t.Logf("step %s: uroce exited %d, want %d: the group's %d later steps are not run", s.name, code, s.uroceExit, len(g.steps)-ran)
+			break
+		}
 		if os.Getenv("UROCE_INTEROP_DEBUG") != "" {
 			for _, dev := range []string{uroceIf, "b-" + uroceIf} {
 				out, _ := n.Command(ctx, "ip", "-s", "-s", "link", "show", "dev", dev).CombinedOutput()
@@ -343,8 +357,12 @@ func (g *group) runKeep(t *testing.T) (string, []window) {
 			}
 		}
 	}
-	res, err := peer.Wait(ctx)
-	if err != nil {
+	var res rxe.Result
+	if ran < len(g.steps) {
+		peer.Kill()
+		res.Output = peer.Output()
+		g.steps, results = g.steps[:ran], results[:ran]
+	} else if res, err = peer.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	capStats := stop()
@@ -472,18 +490,21 @@ func startDaemon(t *testing.T, ctx context.Context, n *rxe.Net) string {
 	}
 }
 
-// waitFor waits until the peer's script output holds s.
-func waitFor(ctx context.Context, p *rxe.Peer, s string) error {
-	for {
-		if strings.Contains(p.Output(), s) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
+	return strings.Join(lines, "")
+}
+
+// waitFor waits until the peer's script output holds s, at most within; it
+// fails at once when the guest ends first.
+func waitFor(ctx context.Context, p *rxe.Peer, s string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return p.WaitOutput(ctx, s)
 }
 
 // verifyCapture runs the capture through "uroce pcap verify": no ICRC or

@@ -166,7 +166,7 @@ func TestVerbsTestRxe(t *testing.T) {
 			t.Logf("guest ready after %v", time.Since(t0).Round(time.Millisecond))
 			// uroce's end: as nobody, through `uroce run`, with the libraries built here.
 			host := func(name string, extra ...string) string {
-				if err := waitFor(ctx, peer, beginMark+name+"\n"); err != nil {
+				if err := waitFor(ctx, peer, beginMark+name+"\n", 5*time.Minute); err != nil {
 					t.Fatalf("%s: the guest never began it: %v\n%s", name, err, peer.Output())
 				}
 				a := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", uroceBin, "run", "--socket", sock,
@@ -182,7 +182,7 @@ func TestVerbsTestRxe(t *testing.T) {
 					t.Fatalf("%s: %v", name, err)
 				}
 				t.Logf("%s: uroce's end: %v after %v", name, err, time.Since(start).Round(time.Millisecond))
-				if err := waitFor(ctx, peer, endMark+name+" "); err != nil {
+				if err := waitFor(ctx, peer, endMark+name+" ", 6*time.Minute); err != nil {
 					t.Fatalf("%s: the guest never ended it: %v\n%s", name, err, peer.Output())
 				}
 				return out.String()
