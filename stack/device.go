@@ -34,6 +34,10 @@ type Config struct {
 	// "auto" (native, falling back to generic; the default), "native"
 	// or "generic".
 	XDPMode string
+	// XDPBind is how the AF_XDP sockets bind: "auto" (zero-copy where
+	// the driver offers it, else copy mode; the default), "copy" or
+	// "zerocopy" (Open fails where the driver has no zero-copy).
+	XDPBind string
 	// Queues limits the receive queues of Interface that get an AF_XDP
 	// socket and an engine to queues 0 to Queues-1 (0: all of them).
 	Queues int

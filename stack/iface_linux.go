@@ -30,6 +30,10 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, ErrInvalidArg)
 	}
+	bind, err := xdp.ParseBindMode(cfg.XDPBind)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrInvalidArg)
+	}
 	if cfg.Queues < 0 {
 		return nil, fmt.Errorf("%d queues: %w", cfg.Queues, ErrInvalidArg)
 	}
@@ -111,7 +115,7 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		s, err := xdp.Open(xdp.Config{Interface: name, Ifindex: li.index, Queue: q, NeedWakeup: true, MultiBuffer: multi,
+		s, err := xdp.Open(xdp.Config{Interface: name, Ifindex: li.index, Queue: q, NeedWakeup: true, MultiBuffer: multi, Mode: bind,
 			BusyPoll: cfg.SocketBusyPoll, RingSize: cfg.XDPRingSize})
 		if err != nil {
 			if q > 0 && cfg.Queues == 0 && errors.Is(err, xdp.ErrNoQueue) {
@@ -159,6 +163,9 @@ func explainSocketError(err error, name string, q, mtu int, multi bool) error {
 			[]error{xdp.ErrPermission, errnoOf(err)}}
 	case errors.Is(err, xdp.ErrQueueBusy):
 		return fmt.Errorf("queue %d of %s already has an AF_XDP socket (is another uroce running on %s?): %w", q, name, name, err)
+	case errors.Is(err, xdp.ErrNoZeroCopy):
+		return &advice{fmt.Sprintf("queue %d of %s cannot bind AF_XDP zero-copy: its driver offers none (veth does not), or the XDP program is attached generic; bind auto or copy instead", q, name),
+			[]error{xdp.ErrNoZeroCopy, errnoOf(err)}}
 	case multi && errors.Is(err, unix.EINVAL):
 		return fmt.Errorf("the kernel refused a multi-buffer AF_XDP socket, which mtu %d needs (Linux 6.6 or later; or lower the mtu of %s to 3800): %w",
 			mtu, name, err)

@@ -120,6 +120,16 @@ func TestInterfaceErrors(t *testing.T) {
 	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, XDPMode: "fast"}); !errors.Is(err, stack.ErrInvalidArg) {
 		t.Errorf("bad xdp mode: %v", err)
 	}
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, XDPBind: "fast"}); !errors.Is(err, stack.ErrInvalidArg) {
+		t.Errorf("bad xdp bind mode: %v", err)
+	}
+	// Veth has no AF_XDP zero-copy: demanding it fails with a reason.
+	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, XDPBind: "zerocopy"}); !errors.Is(err, xdp.ErrNoZeroCopy) ||
+		!strings.Contains(err.Error(), "cannot bind AF_XDP zero-copy") || !strings.Contains(err.Error(), "bind auto or copy") {
+		t.Errorf("zero-copy on veth: %v, want ErrNoZeroCopy and what to do", err)
+	} else {
+		t.Log(err)
+	}
 	if _, err := tryOpenIn(p.A, stack.Config{Interface: p.DevA, MTU: 9000}); !errors.Is(err, stack.ErrInvalidArg) {
 		t.Errorf("mtu above the interface's: %v", err)
 	}
@@ -143,6 +153,23 @@ func TestInterfaceErrors(t *testing.T) {
 		t.Error("second open on the same interface succeeded")
 	} else {
 		t.Log(err)
+	}
+}
+
+// TestXDPBindCopy opens both ends with their AF_XDP sockets bound in copy
+// mode, as asked, and moves data; the counters say how they are bound.
+func TestXDPBindCopy(t *testing.T) {
+	p := vethPair(t, 1500)
+	a, b, la, lb := vethDevices(t, p, stack.Config{XDPBind: "copy"}, nil)
+	rcWriteOnce(t, a, b, 1, 4096)
+	for _, l := range append(la, lb...) {
+		st, err := l.XDPStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ZeroCopy || st.TxFrames == 0 {
+			t.Errorf("stats %+v: want copy mode, frames sent", st)
+		}
 	}
 }
 

@@ -180,4 +180,6 @@ type Stats struct {
 	Completed     uint64 // chunks returned through the completion ring
 	Wakeups       uint64 // sendto/recvfrom calls made to wake the kernel
 	WakeupErrors  uint64 // of which failed with an error other than EAGAIN, EBUSY, ENOBUFS, ENETDOWN
+
+	ZeroCopy bool // the socket is bound in zero-copy mode (else copy mode)
 }

@@ -267,6 +267,7 @@ func (s *Socket) Wait(timeout time.Duration) error {
 // socket's own.
 func (s *Socket) Stats() (Stats, error) {
 	st := s.counters()
+	st.ZeroCopy = s.zeroCopy
 	if s.closed {
 		return st, fmt.Errorf("read AF_XDP statistics: %w", ErrClosed)
 	}

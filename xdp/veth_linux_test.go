@@ -184,8 +184,8 @@ func TestVethTraffic(t *testing.T) {
 func TestVethBindModes(t *testing.T) {
 	a, _ := newVeth(t, 1500, 1, bpf.Native)
 	s := a.open(t, Config{Frames: 64, RingSize: 32, Mode: Auto})
-	if s.ZeroCopy() {
-		t.Error("zero-copy on veth")
+	if st, err := s.Stats(); s.ZeroCopy() || err != nil || st.ZeroCopy {
+		t.Errorf("zero-copy on veth (stats %+v, %v)", st, err)
 	}
 	s.Close()
 	err := a.ns.Do(func() error {

@@ -47,6 +47,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	group := fs.String("group", "", "group whose members may use the device (besides root and the daemon's user)")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	xdpMode := fs.String("xdp-mode", "auto", "how the XDP program attaches: auto, native or generic")
+	xdpBind := fs.String("xdp-bind", "auto", "how the AF_XDP sockets bind: auto (zero-copy where the driver has it), copy or zerocopy")
 	busy := fs.Bool("busy-poll", false, "engines spin on the queues instead of sleeping in poll(2)")
 	sockBusy := fs.Duration("socket-busy-poll", 0, "kernel busy polling of the AF_XDP sockets, this long per poll (SO_BUSY_POLL; 0: off)")
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
@@ -64,7 +65,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
-	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, BusyPoll: *busy, Queues: *queues, Name: *name,
+	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, XDPBind: *xdpBind, BusyPoll: *busy, Queues: *queues, Name: *name,
 		IdleSpin: *spin, SocketBusyPoll: *sockBusy, Batch: *batch, KeepPastGap: *keep}
 	if *batch < 0 {
 		fmt.Fprintf(stderr, "uroce daemon: --batch %d: want a number of frames, or 0 for the default\n", *batch)

@@ -24,6 +24,7 @@ import (
 type DeviceFlags struct {
 	Interface string
 	XDPMode   string
+	XDPBind   string
 	// Fault injection on the links (uroce's own; the stock tools have
 	// none): probabilities per frame.
 	Drop, RxDrop, Dup, Reorder float64
@@ -70,6 +71,7 @@ func (f *DeviceFlags) Register(fs *flag.FlagSet) {
 		fs.StringVar(&f.Interface, n, "", "network interface to run on")
 	}
 	fs.StringVar(&f.XDPMode, "xdp-mode", "", "how the XDP program attaches: auto (default), native or generic")
+	fs.StringVar(&f.XDPBind, "xdp-bind", "", "how the AF_XDP sockets bind: auto (zero-copy where the driver has it; default), copy or zerocopy")
 	fs.Float64Var(&f.Drop, "drop", 0, "drop this fraction of the frames uroce transmits (fault injection)")
 	fs.Float64Var(&f.RxDrop, "rx-drop", 0, "drop this fraction of the frames uroce receives (fault injection)")
 	fs.Float64Var(&f.Dup, "dup", 0, "duplicate this fraction of the frames uroce transmits (fault injection)")
@@ -114,6 +116,7 @@ func (f *DeviceFlags) Socket() string {
 // interface's, which each tool words as the stock one does.
 var deviceHelp = [][2]string{
 	{"--xdp-mode=MODE", "auto, native or generic"},
+	{"--xdp-bind=MODE", "AF_XDP binding: auto (zero-copy where the driver has it), copy or zerocopy"},
 	{"--busy-poll", "the engines spin instead of sleeping in poll(2) (lower latency, a CPU each)"},
 	{"--socket-busy-poll=D", "kernel busy polling of the AF_XDP sockets, D per poll (SO_BUSY_POLL; with --busy-poll or the spin before sleeping)"},
 	{"--batch=N", "frames per link call of the engines (default 16)"},
@@ -167,8 +170,8 @@ func (f *DeviceFlags) Faulty() bool {
 // injection when asked for.
 func (f *DeviceFlags) Open(ctx context.Context) (verbs.Device, error) {
 	if sock := f.Socket(); sock != "" {
-		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.Batch != 0 || f.XDPMode != "" || f.KeepPastGap || f.Congestion.Changed() {
-			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --batch, --xdp-mode, --keep-past-gap and the marking flags are the daemon's: give them to uroce daemon")
+		if f.Faulty() || f.BusyPoll || f.SocketBusyPoll != 0 || f.Batch != 0 || f.XDPMode != "" || f.XDPBind != "" || f.KeepPastGap || f.Congestion.Changed() {
+			return nil, errors.New("fault injection, --busy-poll, --socket-busy-poll, --batch, --xdp-mode, --xdp-bind, --keep-past-gap and the marking flags are the daemon's: give them to uroce daemon")
 		}
 		return openDaemon(ctx, sock)
 	}
@@ -214,7 +217,7 @@ func (f *DeviceFlags) config() (stack.Config, error) {
 	if f.Batch < 0 {
 		return stack.Config{}, fmt.Errorf("--batch %d: want a number of frames, or 0 for the default", f.Batch)
 	}
-	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
+	cfg := stack.Config{Interface: f.Interface, XDPMode: f.XDPMode, XDPBind: f.XDPBind, SendWindow: f.SendWindow, BusyPoll: f.BusyPoll,
 		SocketBusyPoll: f.SocketBusyPoll, Batch: f.Batch, KeepPastGap: f.KeepPastGap}
 	err := f.Congestion.Apply(&cfg)
 	return cfg, err
@@ -249,7 +252,11 @@ func (f *DeviceFlags) Report(w io.Writer, prog string, d verbs.Device) {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(w, "%s: queue %d: rx %d frames, tx %d frames, rx_dropped=%d rx_ring_full=%d fill_ring_empty=%d tx_ring_empty=%d tx_busy=%d\n",
-			prog, i, st.RxFrames, st.TxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, st.TxRingEmptyDescs, st.TxBusy)
+		mode := "copy"
+		if st.ZeroCopy {
+			mode = "zero-copy"
+		}
+		fmt.Fprintf(w, "%s: queue %d (%s): rx %d frames, tx %d frames, rx_dropped=%d rx_ring_full=%d fill_ring_empty=%d tx_ring_empty=%d tx_busy=%d\n",
+			prog, i, mode, st.RxFrames, st.TxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, st.TxRingEmptyDescs, st.TxBusy)
 	}
 }

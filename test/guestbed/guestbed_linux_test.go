@@ -191,6 +191,9 @@ func envInt(t *testing.T, name string, def int) int {
 //	UROCE_GUESTBED_UROCE_FLAGS  more flags for every uroce perf command, e.g. "-u 17"
 //	UROCE_GUESTBED_STEP_TIMEOUT seconds each step may take (default 300)
 //	UROCE_GUESTBED_PCAP         capture the bridge into this file (costs the guests CPU)
+//	UROCE_GUESTBED_NIC          more properties of the guests' virtio-net-pci devices, e.g.
+//	                            "iommu_platform=on,disable-legacy=on" for AF_XDP zero-copy
+//	UROCE_RXE_KERNEL            the guests' kernel: 6.1 (the default) or 6.12
 func TestGuestBed(t *testing.T) {
 	if os.Getenv("UROCE_GUESTBED") != "1" {
 		t.Skip("skipping: set UROCE_GUESTBED=1 to compare uroce with rdma_rxe inside the guests")
@@ -205,6 +208,7 @@ func TestGuestBed(t *testing.T) {
 	if strings.ContainsAny(extra, "'\"`$;&|<>()\\") {
 		t.Fatalf("UROCE_GUESTBED_UROCE_FLAGS=%q: no shell characters", extra)
 	}
+	nic := os.Getenv("UROCE_GUESTBED_NIC")
 	n := rxe.NewNet(t, rxe.NetOptions{}) // skips when the host cannot run guests
 
 	bin := os.Getenv("UROCE_GUESTBED_BIN")
@@ -232,12 +236,12 @@ func TestGuestBed(t *testing.T) {
 	defer cancel()
 	files := map[string]string{"/usr/bin/uroce": bin}
 	start := time.Now()
-	srv, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "B", IP: addrB + "/24", Files: files, Timeout: total,
+	srv, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "B", IP: addrB + "/24", Files: files, Timeout: total, NIC: nic,
 		Script: script(steps, false, iters, xdpMode, extra, stepTimeout)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "A", IP: addrA + "/24", Files: files, Timeout: total,
+	cli, err := n.StartPeer(ctx, rxe.PeerOptions{Name: "A", IP: addrA + "/24", Files: files, Timeout: total, NIC: nic,
 		Script: script(steps, true, iters, xdpMode, extra, stepTimeout)})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,9 @@ import (
 
 // qemuBinary is the emulator the guests run in.
 const qemuBinary = "qemu-system-x86_64"
+
+// nicPropsRE matches PeerOptions.NIC: empty, or name=value pairs.
+var nicPropsRE = regexp.MustCompile(`^([a-z][a-z0-9_-]*=[A-Za-z0-9_.-]+(,[a-z][a-z0-9_-]*=[A-Za-z0-9_.-]+)*)?$`)
 
 // DefaultTimeout bounds a guest's life when PeerOptions.Timeout is zero.
 const DefaultTimeout = 5 * time.Minute
@@ -58,6 +62,10 @@ type PeerOptions struct {
 	Timeout time.Duration
 	// MemoryMB is the guest's memory. Default 1024.
 	MemoryMB int
+	// NIC holds more properties of the guest's virtio-net-pci device,
+	// comma-separated, e.g. "iommu_platform=on,disable-legacy=on" (the
+	// DMA API that virtio-net's AF_XDP zero-copy needs). Default: none.
+	NIC string
 	// KernelArgs are appended to the guest kernel's command line, e.g.
 	// "uroce_ipv6=1".
 	KernelArgs []string
@@ -127,6 +135,9 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 		if a == "" || strings.ContainsAny(a, " \t\n") {
 			return nil, fmt.Errorf("start rxe peer: bad kernel argument %q", a)
 		}
+	}
+	if !nicPropsRE.MatchString(opts.NIC) {
+		return nil, fmt.Errorf("start rxe peer: bad NIC properties %q: want name=value,... (letters, digits, _ - .)", opts.NIC)
 	}
 	if opts.MTU == 0 {
 		opts.MTU = 1500
@@ -223,6 +234,9 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 		"-netdev", "tap,id=n0,ifname=" + p.Tap + ",script=no,downscript=no",
 		// romfile= : no iPXE option ROM; the tap is the only NIC.
 		"-device", "virtio-net-pci,netdev=n0,mac=" + p.MAC.String() + ",romfile=",
+	}
+	if opts.NIC != "" {
+		args[len(args)-1] += "," + opts.NIC
 	}
 	// `ip netns exec` execs QEMU, so the PID started is QEMU's.
 	cmd := exec.Command("ip", args...)
