@@ -114,6 +114,16 @@ func connectRd(t testing.TB, qa, qb *QP, gid int, psnA, psnB PSN, access Access,
 	}
 }
 
+// udReady brings UD QP q to RTS with Q_Key qkey and first send PSN sqpsn.
+func udReady(t testing.TB, q *QP, qkey uint32, sqpsn PSN) {
+	t.Helper()
+	for _, err := range []error{q.ToInit(InitAttr{QKey: qkey}), q.ToRTR(RTRAttr{}), q.ToRTS(RTSAttr{SQPSN: sqpsn})} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // side is one device's objects for a test.
 type side struct {
 	pd  *PD
@@ -246,15 +256,7 @@ func TestUDAndUC(t *testing.T) {
 	A, B := newSide(t, s.a, 1<<16, 64), newSide(t, s.b, 1<<16, 64)
 	ua, ub := A.qp(t, UD), B.qp(t, UD)
 	for _, q := range []*QP{ua, ub} {
-		if err := q.ToInit(InitAttr{QKey: 0x11}); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.ToRTR(RTRAttr{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.ToRTS(RTSAttr{SQPSN: 5}); err != nil {
-			t.Fatal(err)
-		}
+		udReady(t, q, 0x11, 5)
 	}
 	ah, err := A.pd.CreateAH(AHAttr{DGID: ipB, SGIDIndex: 1})
 	if err != nil {

@@ -21,9 +21,7 @@ func TestEngineIngressChecks(t *testing.T) {
 	d := openManual(t, l, macB, []netip.Addr{ipB}, clock)
 	S := newSide(t, d, 1<<16, 64)
 	ud := S.qp(t, UD)
-	ud.ToInit(InitAttr{QKey: 0x11111111})
-	ud.ToRTR(RTRAttr{})
-	ud.ToRTS(RTSAttr{})
+	udReady(t, ud, 0x11111111, 0)
 	for i := 0; i < 8; i++ {
 		if err := ud.PostRecv(&RecvWR{ID: uint64(i), SG: []SGE{S.mr.SGE(uint64(i)*2048, 2048)}}); err != nil {
 			t.Fatal(err)

@@ -36,17 +36,9 @@ func fuzzDevice(t testing.TB) (*Device, *pipe.End, *FakeClock, map[string]uint32
 		}
 	}
 	ud := S.qp(t, UD)
-	if err := ud.ToInit(InitAttr{QKey: 0x11111111}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ud.ToRTR(RTRAttr{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ud.ToRTS(RTSAttr{}); err != nil {
-		t.Fatal(err)
-	}
+	udReady(t, ud, 0x11111111, 0)
 	post(ud)
-	gsi := gsiQPOf(t, S)
+	gsi := gsiQP(t, S)
 	for i := 0; i < 4; i++ {
 		if err := gsi.PostRecv(&RecvWR{ID: uint64(i), SG: []SGE{S.mr.SGE(uint64(i+32)*512, 512)}}); err != nil {
 			t.Fatal(err)
@@ -80,21 +72,6 @@ func fuzzDevice(t testing.TB) (*Device, *pipe.End, *FakeClock, map[string]uint32
 		}
 	}
 	return d, peer, clock, map[string]uint32{"ud": ud.QPN(), "gsi": gsi.QPN(), "rc": rc.QPN(), "uc": uc.QPN()}
-}
-
-// gsiQPOf is gsiQP for testing.TB.
-func gsiQPOf(t testing.TB, s *side) *QP {
-	t.Helper()
-	q, err := s.pd.CreateQP(QPInit{Type: UD, GSI: true, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 16, MaxRecvWR: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range []error{q.ToInit(InitAttr{QKey: GSIQKey}), q.ToRTR(RTRAttr{}), q.ToRTS(RTSAttr{})} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return q
 }
 
 // fuzzFrame wraps ib (a transport packet from its BTH on, without the

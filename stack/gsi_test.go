@@ -7,7 +7,7 @@ import (
 )
 
 // gsiQP creates the device's QP1 on s and brings it to RTS.
-func gsiQP(t *testing.T, s *side) *QP {
+func gsiQP(t testing.TB, s *side) *QP {
 	t.Helper()
 	q, err := s.pd.CreateQP(QPInit{Type: UD, GSI: true, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 16, MaxRecvWR: 16})
 	if err != nil {
@@ -16,15 +16,7 @@ func gsiQP(t *testing.T, s *side) *QP {
 	if q.QPN() != GSIQPN {
 		t.Fatalf("qp1 got qpn %#x", q.QPN())
 	}
-	if err := q.ToInit(InitAttr{QKey: GSIQKey}); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.ToRTR(RTRAttr{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.ToRTS(RTSAttr{SQPSN: 0}); err != nil {
-		t.Fatal(err)
-	}
+	udReady(t, q, GSIQKey, 0)
 	return q
 }
 
@@ -60,15 +52,7 @@ func TestGSI(t *testing.T) {
 
 	// An ordinary UD QP with another Q_Key: dropped and counted at QP1.
 	u := A.qp(t, UD)
-	if err := u.ToInit(InitAttr{QKey: 0x11}); err != nil {
-		t.Fatal(err)
-	}
-	if err := u.ToRTR(RTRAttr{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := u.ToRTS(RTSAttr{}); err != nil {
-		t.Fatal(err)
-	}
+	udReady(t, u, 0x11, 0)
 	gb.PostRecv(&RecvWR{ID: 3, SG: []SGE{B.mr.SGE(0, 40+256)}})
 	if err := u.PostSend(&SendWR{ID: 4, Op: OpSend, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, 256)},
 		AH: ah, RemoteQPN: GSIQPN, RemoteQKey: 0x11}); err != nil {

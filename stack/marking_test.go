@@ -227,15 +227,7 @@ func TestVLANTagging(t *testing.T) {
 	// UD with SL 5, A to B.
 	ua, ub := A.qp(t, UD), B.qp(t, UD)
 	for _, q := range []*QP{ua, ub} {
-		if err := q.ToInit(InitAttr{QKey: 0x1234}); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.ToRTR(RTRAttr{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.ToRTS(RTSAttr{}); err != nil {
-			t.Fatal(err)
-		}
+		udReady(t, q, 0x1234, 0)
 	}
 	if err := ub.PostRecv(&RecvWR{ID: 7, SG: []SGE{B.mr.SGE(0, 1024)}}); err != nil {
 		t.Fatal(err)

@@ -346,15 +346,7 @@ func (sm *sim) addConn(typ QPType) {
 	a, b := c.ends[0].qp, c.ends[1].qp
 	if typ == UD {
 		for _, q := range []*QP{a, b} {
-			if err := q.ToInit(InitAttr{QKey: 0x1111}); err != nil {
-				sm.t.Fatal(err)
-			}
-			if err := q.ToRTR(RTRAttr{}); err != nil {
-				sm.t.Fatal(err)
-			}
-			if err := q.ToRTS(RTSAttr{SQPSN: psn()}); err != nil {
-				sm.t.Fatal(err)
-			}
+			udReady(sm.t, q, 0x1111, psn())
 		}
 	} else {
 		pa, pb := psn(), psn()
