@@ -74,37 +74,26 @@ func fuzzDevice(t testing.TB) (*Device, *pipe.End, *FakeClock, map[string]uint32
 	return d, peer, clock, map[string]uint32{"ud": ud.QPN(), "gsi": gsi.QPN(), "rc": rc.QPN(), "uc": uc.QPN()}
 }
 
-// fuzzFrame wraps ib (a transport packet from its BTH on, without the
-// ICRC) in Ethernet, IPv4 and UDP headers from the pipe's other end to the
-// device, with the right lengths and ICRC.
-func fuzzFrame(ib []byte) []byte {
-	const l3, l4, l5 = 14, 14 + 20, 14 + 20 + 8
-	f := make([]byte, l5+len(ib)+bth.ICRCLen)
-	copy(f[0:6], macB[:])
-	copy(f[6:12], macA[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[l3:l4]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-l3))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000)
-	a4, b4 := ipA.As4(), ipB.As4()
-	copy(ip[12:16], a4[:])
-	copy(ip[16:20], b4[:])
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+// fuzzL2L3 addresses a packet from the pipe's other end to fuzzDevice.
+var fuzzL2L3 = bth.L2L3{DstMAC: macB, SrcMAC: macA, SrcIP: ipA, DstIP: ipB, SrcPort: 0xc000}
+
+// fuzzFrame wraps ib (a transport packet from its BTH on, at least a BTH,
+// without the ICRC) in Ethernet, IPv4 and UDP headers from the pipe's
+// other end to the device, with the right lengths and ICRC. bth.Encode
+// lays out the frame for a reserved opcode (a BTH alone, never padded);
+// ib's BTH then takes that one's place, and the ICRC is computed again.
+func fuzzFrame(t testing.TB, ib []byte) []byte {
+	h := bth.Headers{L2L3: fuzzL2L3, BTH: bth.BTHFields{Opcode: 0x1f}}
+	f := make([]byte, h.FrameLen(len(ib)-bth.BTHLen))
+	n, err := bth.Encode(f, &h, ib[bth.BTHLen:])
+	if err != nil || n != len(f) {
+		t.Fatalf("encode: %d bytes of %d, %v", n, len(f), err)
 	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
-	udp := f[l4:l5]
-	binary.BigEndian.PutUint16(udp[0:], 0xc000)
-	binary.BigEndian.PutUint16(udp[2:], bth.UDPPort)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(f)-l4))
-	copy(f[l5:], ib)
-	crc := bth.ICRCv4(f[l3:l4], f[l4:l5], f[l5:l5+len(ib)])
-	binary.LittleEndian.PutUint32(f[l5+len(ib):], crc)
+	end := n - bth.ICRCLen
+	l5 := end - len(ib)
+	l4 := l5 - 8
+	copy(f[l5:], ib[:bth.BTHLen])
+	binary.LittleEndian.PutUint32(f[end:], bth.ICRCv4(f[14:l4], f[l4:l5], f[l5:end]))
 	return f
 }
 
@@ -113,7 +102,7 @@ func fuzzFrame(ib []byte) []byte {
 func fuzzSeeds(t testing.TB, qpn map[string]uint32) [][]byte {
 	var out [][]byte
 	add := func(h bth.Headers, payload int) {
-		h.L2L3 = bth.L2L3{DstMAC: macB, SrcMAC: macA, SrcIP: ipA, DstIP: ipB, SrcPort: 0xc000}
+		h.L2L3 = fuzzL2L3
 		h.BTH.PKey = 0xffff
 		buf := make([]byte, h.FrameLen(payload))
 		n, err := bth.Encode(buf, &h, make([]byte, payload))
@@ -190,7 +179,7 @@ func FuzzEngineReceive(f *testing.F) {
 			if len(b) == 0 {
 				continue
 			}
-			if peer.Transmit([][]byte{fuzzFrame(b)}) != 1 {
+			if peer.Transmit([][]byte{fuzzFrame(t, b)}) != 1 {
 				t.Fatal("pipe full")
 			}
 			settle()
@@ -212,7 +201,7 @@ func TestFuzzSeedsReachQPs(t *testing.T) {
 	_, _, _, qpn := fuzzDevice(t)
 	for i, s := range fuzzSeeds(t, qpn) {
 		d, peer, _, _ := fuzzDevice(t)
-		if peer.Transmit([][]byte{fuzzFrame(s)}) != 1 {
+		if peer.Transmit([][]byte{fuzzFrame(t, s)}) != 1 {
 			t.Fatal("pipe full")
 		}
 		for d.Step() {
