@@ -222,6 +222,11 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 		cmdline = append(cmdline, "uroce_ipv6=1")
 	}
 	cmdline = append(cmdline, opts.KernelArgs...)
+	// romfile= : no iPXE option ROM; the tap is the only NIC.
+	nic := "virtio-net-pci,netdev=n0,mac=" + p.MAC.String() + ",romfile="
+	if opts.NIC != "" {
+		nic += "," + opts.NIC
+	}
 	args := []string{
 		"netns", "exec", n.NS, qemuBinary,
 		"-name", "uroce-rxe-" + p.Name,
@@ -232,11 +237,7 @@ func (n *Net) StartPeer(ctx context.Context, opts PeerOptions) (*Peer, error) {
 		"-append", strings.Join(cmdline, " "),
 		"-fw_cfg", "name=opt/uroce/script,file=" + scriptPath,
 		"-netdev", "tap,id=n0,ifname=" + p.Tap + ",script=no,downscript=no",
-		// romfile= : no iPXE option ROM; the tap is the only NIC.
-		"-device", "virtio-net-pci,netdev=n0,mac=" + p.MAC.String() + ",romfile=",
-	}
-	if opts.NIC != "" {
-		args[len(args)-1] += "," + opts.NIC
+		"-device", nic,
 	}
 	// `ip netns exec` execs QEMU, so the PID started is QEMU's.
 	cmd := exec.Command("ip", args...)
