@@ -18,8 +18,10 @@ type IncastOptions struct {
 	// Bottleneck is the rate of the receiver's bridge port (default 2
 	// Gbit/s).
 	Bottleneck uint64
-	// Marking is the bottleneck's queue (default Step: CE past a
-	// threshold, which the bed derives from the rate).
+	// Marking is the bottleneck's queue. Its zero Kind is incast's
+	// TailDrop, which marks nothing; uroce bench incast passes Step (CE
+	// past a threshold, which the bed derives from the rate) unless told
+	// otherwise.
 	Marking incast.Marking
 	// MTU of the bed (default 9000: RoCE path MTU 4096).
 	MTU int
@@ -51,9 +53,6 @@ func (o *IncastOptions) defaults() error {
 	}
 	if o.Bottleneck == 0 {
 		o.Bottleneck = 2_000_000_000
-	}
-	if o.Marking == (incast.Marking{}) {
-		o.Marking.Kind = incast.Step
 	}
 	if o.MTU == 0 {
 		o.MTU = 9000

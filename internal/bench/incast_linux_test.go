@@ -18,6 +18,7 @@ import (
 func TestIncast(t *testing.T) {
 	netnstest.RequireAFXDP(t)
 	r, err := Incast(context.Background(), IncastOptions{Flows: []int{2}, Bottleneck: 200_000_000, Window: 16,
+		Marking:  incast.Marking{Kind: incast.Step},
 		Duration: 300 * time.Millisecond})
 	if errors.Is(err, incast.ErrUnsupported) {
 		t.Skip(err)
@@ -50,5 +51,31 @@ func TestIncastOptions(t *testing.T) {
 		if _, err := Incast(context.Background(), o); err == nil || err == ErrNotRoot {
 			t.Errorf("%+v: %v", o, err)
 		}
+	}
+}
+
+// TestIncastTailDrop checks that a tail-drop bottleneck asked for is the
+// one run: TailDrop is incast's zero Kind, and it marks nothing, so the
+// receiver counts no CE and sends no CNP.
+func TestIncastTailDrop(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	r, err := Incast(context.Background(), IncastOptions{Flows: []int{1}, Bottleneck: 200_000_000, Window: 16,
+		Marking: incast.Marking{Kind: incast.TailDrop}, Modes: []bool{false}, Duration: 200 * time.Millisecond})
+	if errors.Is(err, incast.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 1 {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	x := r.Runs[0]
+	if x.Report.Marking != incast.TailDrop || x.Report.Queue.Marks != 0 || x.Marked != 0 || x.CNPs != 0 {
+		t.Errorf("bottleneck %v: %d marked by the queue, %d counted, %d CNPs; want taildrop and none",
+			x.Report.Marking, x.Report.Queue.Marks, x.Marked, x.CNPs)
+	}
+	if x.Report.Aggregate() <= 0 {
+		t.Errorf("goodput %.0f", x.Report.Aggregate())
 	}
 }
