@@ -100,8 +100,11 @@ type IncastRun struct {
 	// (np_ecn_marked_roce_packets) and the CNPs it sent (np_cnp_sent);
 	// CNPHandled the rate cuts at the senders (rp_cnp_handled).
 	Marked, CNPs, CNPHandled uint64
-	// Retransmitted packets and ACK timeouts at the senders.
-	Retransmitted, Timeouts uint64
+	// Retransmitted packets and ACK timeouts at the senders; Probes are
+	// the tail-loss probes among the retransmitted packets: the last
+	// packet sent again when no ACK came within the probe timeout, which
+	// a packet delayed in the queue causes as well as a lost one.
+	Retransmitted, Probes, Timeouts uint64
 	// Rates are the flows' DCQCN rates at the end (0: not limited).
 	Rates []uint64
 	// Join is how long the last flow took to reach 90 % of its fair
@@ -118,8 +121,8 @@ func (r *IncastReport) Write(w io.Writer) {
 		x := &r.Runs[i]
 		fmt.Fprintln(w)
 		x.Report.WriteText(w)
-		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent; senders: %d rate cuts, %d packets retransmitted, %d ACK timeouts\n",
-			x.Marked, x.CNPs, x.CNPHandled, x.Retransmitted, x.Timeouts)
+		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent; senders: %d rate cuts, %d packets retransmitted (%d of them loss probes), %d ACK timeouts\n",
+			x.Marked, x.CNPs, x.CNPHandled, x.Retransmitted, x.Probes, x.Timeouts)
 		if o.Join && x.Flows > 1 {
 			if x.Join < 0 {
 				fmt.Fprintf(w, "  a flow starting again did not reach 90%% of its fair share within 1 s\n")

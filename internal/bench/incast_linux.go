@@ -156,6 +156,7 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 		run.Report.Flows = append(run.Report.Flows, incast.Flow{Name: fmt.Sprintf("s%d", i+1), Bytes: done * uint64(o.Size),
 			Packets: c1.SentPkts - c0[i].SentPkts, CE: f.peer.Counters().NPECNMarked - ce0[i]})
 		run.Retransmitted += c1.QP.RetransmittedPkts - c0[i].QP.RetransmittedPkts
+		run.Probes += c1.QP.LossProbes - c0[i].QP.LossProbes
 		run.Timeouts += c1.QP.LocalAckTimeoutErr - c0[i].QP.LocalAckTimeoutErr
 		run.CNPHandled += c1.QP.RPCNPHandled - c0[i].QP.RPCNPHandled
 		if st := f.qp.Status(); st.RateLimited {

@@ -34,13 +34,21 @@ func TestIncast(t *testing.T) {
 			t.Errorf("DCQCN %v: goodput %.0f, %d flows, %d marked by the queue, %d counted, %d CNPs", x.DCQCN,
 				x.Report.Aggregate(), len(x.Report.Flows), x.Report.Queue.Marks, x.Marked, x.CNPs)
 		}
+		if x.Probes > x.Retransmitted {
+			t.Errorf("DCQCN %v: %d loss probes among %d packets retransmitted", x.DCQCN, x.Probes, x.Retransmitted)
+		}
+		// The Step marker measures the queue the packets find.
+		if _, ok := x.Report.Queue.MeanBacklog(); !ok {
+			t.Errorf("DCQCN %v: queue not measured: %+v", x.DCQCN, x.Report.Queue)
+		}
 		if (x.CNPHandled > 0) != x.DCQCN {
 			t.Errorf("DCQCN %v: %d rate cuts", x.DCQCN, x.CNPHandled)
 		}
 	}
 	var out strings.Builder
 	r.Write(&out)
-	if !strings.Contains(out.String(), "Jain's fairness index") || !strings.Contains(out.String(), "CNPs sent") {
+	if !strings.Contains(out.String(), "Jain's fairness index") || !strings.Contains(out.String(), "CNPs sent") ||
+		!strings.Contains(out.String(), "loss probes") || !strings.Contains(out.String(), "arrivals found") {
 		t.Errorf("report:\n%s", out.String())
 	}
 	t.Log("\n" + out.String())

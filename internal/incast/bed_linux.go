@@ -262,14 +262,28 @@ func (b *Bed) bottleneck() error {
 	if err := b.tc(child...); err != nil {
 		return fmt.Errorf("bottleneck %v: %w", m.Kind, err)
 	}
-	if m.Kind == Step {
-		s, err := attachStep(b.sw, ReceiverPort, c)
+	switch m.Kind {
+	case Step:
+		s, err := attachStep(b.sw, ReceiverPort, c, true)
 		if err != nil {
 			return fmt.Errorf("bottleneck: %w", err)
 		}
 		b.step = s
 		b.commands = append(b.commands, fmt.Sprintf("tcx egress dev %s: BPF program %s: CE on ECN-capable packets that find %d bytes or more in the qdisc",
 			ReceiverPort, stepProgName, m.Min))
+	case TailDrop:
+		// The same program, marking nothing, measures the backlog
+		// arrivals find, where the kernel can run it.
+		s, err := attachStep(b.sw, ReceiverPort, c, false)
+		switch {
+		case errors.Is(err, ErrUnsupported):
+		case err != nil:
+			return fmt.Errorf("bottleneck: %w", err)
+		default:
+			b.step = s
+			b.commands = append(b.commands, fmt.Sprintf("tcx egress dev %s: BPF program %s: the bytes each packet finds in the qdisc (no marks)",
+				ReceiverPort, stepProgName))
+		}
 	}
 	return nil
 }
@@ -357,7 +371,7 @@ func (b *Bed) QueueStats() (Stats, error) {
 		if err != nil {
 			return Stats{}, fmt.Errorf("queue statistics: %w", err)
 		}
-		st.Marks = c.Marked
+		st.Marks, st.Arrivals, st.BacklogSum = c.Marked, c.Arrivals, c.Backlog
 	}
 	return st, nil
 }

@@ -67,7 +67,8 @@ func testReport() *Report {
 			{Name: "s1", Bytes: 75_000_000, Packets: 50_000, CE: 5_000},
 			{Name: "s2", Bytes: 25_000_000, Packets: 17_000, CE: 0},
 		},
-		Queue: Stats{Qdisc: "bfifo", Bytes: 104_000_000, Packets: 68_700, Drops: 123, Marks: 5_000, Overlimits: 9, Backlog: 3028, Qlen: 2},
+		Queue: Stats{Qdisc: "bfifo", Bytes: 104_000_000, Packets: 68_700, Drops: 123, Marks: 5_000, Overlimits: 9, Backlog: 3028, Qlen: 2,
+			Arrivals: 68_000, BacklogSum: 68_000 * 62_500},
 	}
 }
 
@@ -110,10 +111,19 @@ func TestReportWriteText(t *testing.T) {
 		"  total     400.00 Mbit/s   80.0%        67000         5000    7.5%\n",
 		"Jain's fairness index 0.800",
 		"bottleneck bfifo: carried 416.00 Mbit/s (83.2% of its rate), sent 68700 packets, dropped 123, CE-marked 5000, overlimits 9, backlog 3028 bytes at the end\n",
+		"  queue: 68000 arrivals found 62500 bytes waiting on average, 1ms at the bottleneck's rate\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+	// Without the BPF program's measurements, no queue line.
+	r := testReport()
+	r.Queue.Arrivals, r.Queue.BacklogSum = 0, 0
+	b.Reset()
+	r.WriteText(&b)
+	if strings.Contains(b.String(), "queue:") {
+		t.Errorf("report without arrivals measured:\n%s", b.String())
 	}
 }
 

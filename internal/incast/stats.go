@@ -30,6 +30,20 @@ type Stats struct {
 	Marks uint64
 	// Backlog and Qlen are the bytes and packets waiting at the snapshot.
 	Backlog, Qlen uint64
+	// Arrivals counts the packets whose arrival the bed's BPF program
+	// saw (TailDrop and Step, where the kernel runs it; 0 otherwise),
+	// and BacklogSum adds up the bytes each found in the queue: the
+	// queue as the packets see it (MeanBacklog).
+	Arrivals, BacklogSum uint64
+}
+
+// MeanBacklog returns the bytes an arriving packet found waiting at the
+// bottleneck, on average, and false when no arrival was measured.
+func (s Stats) MeanBacklog() (float64, bool) {
+	if s.Arrivals == 0 {
+		return 0, false
+	}
+	return float64(s.BacklogSum) / float64(s.Arrivals), true
 }
 
 // Delta returns the counters of s minus those of the earlier snapshot
@@ -52,6 +66,8 @@ func (s Stats) Delta(before Stats) Stats {
 		Marks:      sub(s.Marks, before.Marks),
 		Backlog:    s.Backlog,
 		Qlen:       s.Qlen,
+		Arrivals:   sub(s.Arrivals, before.Arrivals),
+		BacklogSum: sub(s.BacklogSum, before.BacklogSum),
 	}
 }
 

@@ -70,11 +70,19 @@ func TestParseStatsErrors(t *testing.T) {
 }
 
 func TestStatsDelta(t *testing.T) {
-	before := Stats{Qdisc: "red", Bytes: 1000, Packets: 10, Drops: 1, Overlimits: 2, Requeues: 3, Marks: 4, Backlog: 500, Qlen: 5}
-	after := Stats{Qdisc: "red", Bytes: 4000, Packets: 40, Drops: 5, Overlimits: 2, Requeues: 3, Marks: 14, Backlog: 100, Qlen: 1}
-	want := Stats{Qdisc: "red", Bytes: 3000, Packets: 30, Drops: 4, Marks: 10, Backlog: 100, Qlen: 1}
+	before := Stats{Qdisc: "red", Bytes: 1000, Packets: 10, Drops: 1, Overlimits: 2, Requeues: 3, Marks: 4, Backlog: 500, Qlen: 5,
+		Arrivals: 7, BacklogSum: 7000}
+	after := Stats{Qdisc: "red", Bytes: 4000, Packets: 40, Drops: 5, Overlimits: 2, Requeues: 3, Marks: 14, Backlog: 100, Qlen: 1,
+		Arrivals: 37, BacklogSum: 127000}
+	want := Stats{Qdisc: "red", Bytes: 3000, Packets: 30, Drops: 4, Marks: 10, Backlog: 100, Qlen: 1, Arrivals: 30, BacklogSum: 120000}
 	if got := after.Delta(before); got != want {
 		t.Errorf("Delta:\n got %+v\nwant %+v", got, want)
+	}
+	if m, ok := after.Delta(before).MeanBacklog(); !ok || m != 4000 {
+		t.Errorf("MeanBacklog = %v, %v; want 4000, true", m, ok)
+	}
+	if _, ok := (Stats{}).MeanBacklog(); ok {
+		t.Error("MeanBacklog of no arrivals: ok")
 	}
 	// A counter that went backwards (a qdisc replaced) gives 0, not a
 	// wrapped-around figure.

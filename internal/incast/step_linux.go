@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 
 	"github.com/cilium/ebpf"
@@ -39,13 +40,17 @@ const (
 //
 //	0   u64 packets  packets seen
 //	8   u64 marked   packets set to CE (or that already were)
+//	16  u64 arrivals packets whose backlog was read ...
+//	24  u64 backlog  ... and the sum of the backlogs they found, in bytes
 //
-// The counters count a GSO packet as its number of segments, as they
-// leave the bottleneck.
+// packets and marked count a GSO packet as its number of segments, as
+// they leave the bottleneck; arrivals counts it once.
 const (
-	stepPackets = 0
-	stepMarked  = 8
-	stepSize    = 16
+	stepPackets  = 0
+	stepMarked   = 8
+	stepArrivals = 16
+	stepBacklog  = 24
+	stepSize     = 32
 )
 
 // Offsets in struct __sk_buff.
@@ -147,6 +152,7 @@ func findMember(t btf.Type, name string) (btf.Member, uint32, bool) {
 //	if (probe_read_kernel(&dev, 8, (void *)skb + SKB_DEV) || !dev) return TCX_NEXT
 //	if (probe_read_kernel(&q, 8, (void *)dev + DEV_QDISC) || !q) return TCX_NEXT
 //	if (probe_read_kernel(&backlog, 4, (void *)q + QDISC_BACKLOG)) return TCX_NEXT
+//	atomic_add(&st->arrivals, 1); atomic_add(&st->backlog, backlog)
 //	if (backlog < thresh || backlog >= limit) return TCX_NEXT
 //	fit = (limit - backlog) / ((skb->wire_len ?: skb->len) / n)
 //	if (fit == 0) return TCX_NEXT
@@ -156,7 +162,8 @@ func findMember(t btf.Type, name string) (btf.Member, uint32, bool) {
 // Packets the FIFO is about to drop for want of room are not counted (a
 // packet that does not fit at all is left alone; of a GSO packet, which the
 // rate limiter splits into its segments, only the segments that fit), so
-// that marked counts packets that leave the bottleneck with CE.
+// that marked counts packets that leave the bottleneck with CE. A threshold
+// above the limit marks nothing: the program then only measures the queue.
 //
 // Registers: R6 skb, R7 n, R8 state entry, R9 backlog; the stack holds the
 // map key at -4 and what probe_read_kernel read last at -16.
@@ -201,6 +208,9 @@ func stepInstructions(p stepParams) asm.Instructions {
 	ins = append(ins, probeRead(p.off.qdiscBacklog, 4)...)
 	return append(ins,
 		asm.LoadMem(asm.R9, asm.RFP, -16, asm.Word),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.AddAtomic.Mem(asm.R8, asm.R1, asm.DWord, stepArrivals),
+		asm.AddAtomic.Mem(asm.R8, asm.R9, asm.DWord, stepBacklog),
 		asm.JLT.Imm(asm.R9, p.thresh, "out"),
 		// R2 = bytes per segment, R1 = room / R2.
 		asm.LoadMem(asm.R2, asm.R6, skbWireLen, asm.Word),
@@ -255,6 +265,8 @@ type stepMarker struct {
 // stepCounters are the marker's counters.
 type stepCounters struct {
 	Packets, Marked uint64
+	// Arrivals found Backlog bytes waiting, all together.
+	Arrivals, Backlog uint64
 }
 
 // stepSupport checks that the kernel can run the marker and returns the
@@ -286,13 +298,17 @@ func stepSupport() (kernelOffsets, error) {
 }
 
 // attachStep loads the marker for c and attaches it to the egress of dev
-// in ns.
-func attachStep(ns *netns.Namespace, dev string, c *Config) (_ *stepMarker, err error) {
+// in ns. Unless mark, it marks nothing and only measures the backlog.
+func attachStep(ns *netns.Namespace, dev string, c *Config, mark bool) (_ *stepMarker, err error) {
 	off, err := stepSupport()
 	if err != nil {
 		return nil, err
 	}
-	coll, err := ebpf.NewCollection(stepSpec(stepParams{off: off, thresh: int32(c.Marking.Min), limit: int32(c.Limit)}))
+	thresh := int32(c.Marking.Min)
+	if !mark {
+		thresh = math.MaxInt32 // above any limit (maxLimit)
+	}
+	coll, err := ebpf.NewCollection(stepSpec(stepParams{off: off, thresh: thresh, limit: int32(c.Limit)}))
 	if err != nil {
 		return nil, fmt.Errorf("step marker: load: %w", err)
 	}
@@ -330,7 +346,8 @@ func (m *stepMarker) counters() (stepCounters, error) {
 		return stepCounters{}, fmt.Errorf("step marker: read counters: %w", err)
 	}
 	u64 := func(off int) uint64 { return binary.NativeEndian.Uint64(v[off:]) }
-	return stepCounters{Packets: u64(stepPackets), Marked: u64(stepMarked)}, nil
+	return stepCounters{Packets: u64(stepPackets), Marked: u64(stepMarked), Arrivals: u64(stepArrivals),
+		Backlog: u64(stepBacklog)}, nil
 }
 
 // Close detaches and unloads the marker.
