@@ -130,8 +130,13 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 			f.failed = f.drive(ctx, o.Window, &stop)
 		}()
 	}
+	// The flows' counters are read at the two ends of the measured
+	// time; the queue's, which take a tc command each, just outside
+	// them, and timed on their own (a command's end is close to when the
+	// kernel answered it).
 	sleep(ctx, o.Duration/5) // to a steady state
 	q0, err := bed.QueueStats()
+	tq0 := time.Now()
 	if err != nil {
 		stop.Store(true)
 		wg.Wait()
@@ -145,31 +150,36 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	r0 := recv.Counters()
 	start := time.Now()
 	sleep(ctx, o.Duration)
+	d1, ce1 := make([]uint64, n), make([]uint64, n)
+	c1 := make([]stack.Counters, n)
+	for i, f := range flows {
+		d1[i], c1[i], ce1[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters().NPECNMarked
+	}
+	r1 := recv.Counters()
 	el := time.Since(start)
 	q1, qerr := bed.QueueStats()
+	qt := time.Since(tq0)
 	run := &IncastRun{Flows: n, DCQCN: dcqcnOn}
 	run.Report = incast.Report{Title: fmt.Sprintf("%d flows, DCQCN %s", n, onOff(dcqcnOn)), Bottleneck: o.Bottleneck,
-		Marking: bed.Config().Marking.Kind, Duration: el}
+		Marking: bed.Config().Marking.Kind, Duration: el, QueueTime: qt}
 	for i, f := range flows {
-		c1 := f.dev.Counters()
-		done := f.done.Load() - d0[i]
-		run.Report.Flows = append(run.Report.Flows, incast.Flow{Name: fmt.Sprintf("s%d", i+1), Bytes: done * uint64(o.Size),
-			Packets: c1.SentPkts - c0[i].SentPkts, CE: f.peer.Counters().NPECNMarked - ce0[i]})
-		run.Retransmitted += c1.QP.RetransmittedPkts - c0[i].QP.RetransmittedPkts
-		run.Probes += c1.QP.LossProbes - c0[i].QP.LossProbes
-		run.Timeouts += c1.QP.LocalAckTimeoutErr - c0[i].QP.LocalAckTimeoutErr
-		run.CNPHandled += c1.QP.RPCNPHandled - c0[i].QP.RPCNPHandled
+		c := c1[i]
+		run.Report.Flows = append(run.Report.Flows, incast.Flow{Name: fmt.Sprintf("s%d", i+1), Bytes: (d1[i] - d0[i]) * uint64(o.Size),
+			Packets: c.SentPkts - c0[i].SentPkts, CE: ce1[i] - ce0[i]})
+		run.Retransmitted += c.QP.RetransmittedPkts - c0[i].QP.RetransmittedPkts
+		run.Probes += c.QP.LossProbes - c0[i].QP.LossProbes
+		run.Timeouts += c.QP.LocalAckTimeoutErr - c0[i].QP.LocalAckTimeoutErr
+		run.CNPHandled += c.QP.RPCNPHandled - c0[i].QP.RPCNPHandled
 		if st := f.qp.Status(); st.RateLimited {
 			run.Rates = append(run.Rates, st.Rate)
 		} else {
 			run.Rates = append(run.Rates, 0)
 		}
 	}
-	r1 := recv.Counters()
 	run.Marked = r1.QP.NPECNMarked - r0.QP.NPECNMarked
 	run.CNPs = r1.QP.NPCNPSent - r0.QP.NPCNPSent
 	if n > 1 && o.Join {
-		run.Join = join(ctx, flows[n-1], float64(q1.Delta(q0).Bytes)*8/el.Seconds()/float64(n), o)
+		run.Join = join(ctx, flows[n-1], float64(q1.Delta(q0).Bytes)*8/qt.Seconds()/float64(n), o)
 	}
 	stop.Store(true)
 	wg.Wait()

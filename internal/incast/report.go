@@ -52,8 +52,10 @@ type Report struct {
 	Duration time.Duration
 	Flows    []Flow
 	// Queue is the change in the bottleneck's counters over the run
-	// (Stats.Delta).
-	Queue Stats
+	// (Stats.Delta), and QueueTime the time between its two snapshots
+	// when it differs from Duration (0: Duration).
+	Queue     Stats
+	QueueTime time.Duration
 }
 
 // Goodput returns the goodput of flow i in bit/s.
@@ -90,15 +92,20 @@ func (r *Report) Utilization() float64 {
 	return r.Aggregate() / float64(r.Bottleneck)
 }
 
-// Carried returns the rate the bottleneck sent at over Duration, in bit/s
-// of whole frames (Queue.Bytes). Well below Bottleneck while the queue
-// was full, it says the machine could not keep up with the configured
-// rate, and the run measured the CPU rather than the link.
+// Carried returns the rate the bottleneck sent at over QueueTime (or
+// Duration), in bit/s of whole frames (Queue.Bytes). Well below
+// Bottleneck while the queue was full, it says the machine could not keep
+// up with the configured rate, and the run measured the CPU rather than
+// the link.
 func (r *Report) Carried() float64 {
-	if r.Duration <= 0 {
+	d := r.Duration
+	if r.QueueTime > 0 {
+		d = r.QueueTime
+	}
+	if d <= 0 {
 		return 0
 	}
-	return float64(r.Queue.Bytes) * 8 / r.Duration.Seconds()
+	return float64(r.Queue.Bytes) * 8 / d.Seconds()
 }
 
 // drain returns how long the bottleneck takes to send n bytes (0 when

@@ -86,6 +86,13 @@ func TestReportFigures(t *testing.T) {
 	if got := r.Carried(); got != 416e6 {
 		t.Errorf("Carried = %v, want 416e6", got)
 	}
+	// The queue's snapshots 2.08 s apart: its rate over that time; the
+	// goodputs keep Duration.
+	r.QueueTime = 2080 * time.Millisecond
+	if got := r.Carried(); math.Abs(got-400e6) > 1e-6 || r.Aggregate() != 400e6 {
+		t.Errorf("with QueueTime: Carried = %v, Aggregate = %v, want 400e6 both", got, r.Aggregate())
+	}
+	r.QueueTime = 0
 	// (300+100)² / (2 · (300²+100²)) = 0.8.
 	if got := r.Fairness(); math.Abs(got-0.8) > 1e-12 {
 		t.Errorf("Fairness = %v, want 0.8", got)
