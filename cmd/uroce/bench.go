@@ -125,6 +125,7 @@ func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&o.MTU, "mtu", 9000, "MTU of the bed")
 	fs.IntVar(&o.Size, "size", 65536, "RDMA WRITE message size in bytes")
 	fs.IntVar(&o.Window, "window", 8, "WRITEs in flight per flow")
+	fs.IntVar(&o.SendWindow, "send-window", 0, "request packets a sender's QP may have unacknowledged (0: the stack's adaptive window, -1: none, so that only DCQCN holds the senders back)")
 	fs.DurationVar(&o.Duration, "duration", 2*time.Second, "length of each measured run")
 	mode := fs.String("dcqcn", "both", "runs with DCQCN on, off or both")
 	line := fs.Float64("line-rate", 10, "the senders' line rate in Gbit/s (DCQCN recovers to it)")

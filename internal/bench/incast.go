@@ -28,6 +28,11 @@ type IncastOptions struct {
 	// Size of each RDMA WRITE (default 65536) and Window, the WRITEs
 	// each flow keeps in flight (default 8).
 	Size, Window int
+	// SendWindow is the senders' stack.Config.SendWindow: 0 the stack's
+	// adaptive window, which by itself keeps a flow's unacknowledged
+	// bytes within 256 KiB; -1 no bound but the WRITEs in flight, so
+	// that only DCQCN holds the senders back.
+	SendWindow int
 	// Duration of each measured run (default 2 s), after a fifth of it
 	// to reach a steady state.
 	Duration time.Duration
@@ -105,6 +110,10 @@ type IncastRun struct {
 	// packet sent again when no ACK came within the probe timeout, which
 	// a packet delayed in the queue causes as well as a lost one.
 	Retransmitted, Probes, Timeouts uint64
+	// RxDropped are the frames the receiver's AF_XDP socket dropped
+	// (xsk_rx_dropped: no fill-ring buffer; xsk_rx_ring_full): losses
+	// after the bottleneck, which its counters do not see.
+	RxDropped uint64
 	// Rates are the flows' DCQCN rates at the end (0: not limited).
 	Rates []uint64
 	// Join is how long the last flow took to reach 90 % of its fair
@@ -115,14 +124,21 @@ type IncastRun struct {
 // Write prints the runs, each as a table.
 func (r *IncastReport) Write(w io.Writer) {
 	o := &r.Options
-	fmt.Fprintf(w, "incast: RC WRITEs of %d bytes, %d in flight per flow, line rate %s, bed MTU %d\n",
-		o.Size, o.Window, rate(float64(o.LineRate)), o.MTU)
+	win := "the stack's adaptive send window"
+	switch {
+	case o.SendWindow < 0:
+		win = "no send window"
+	case o.SendWindow > 0:
+		win = fmt.Sprintf("a send window of %d packets", o.SendWindow)
+	}
+	fmt.Fprintf(w, "incast: RC WRITEs of %d bytes, %d in flight per flow, %s, line rate %s, bed MTU %d\n",
+		o.Size, o.Window, win, rate(float64(o.LineRate)), o.MTU)
 	for i := range r.Runs {
 		x := &r.Runs[i]
 		fmt.Fprintln(w)
 		x.Report.WriteText(w)
-		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent; senders: %d rate cuts, %d packets retransmitted (%d of them loss probes), %d ACK timeouts\n",
-			x.Marked, x.CNPs, x.CNPHandled, x.Retransmitted, x.Probes, x.Timeouts)
+		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent, %d frames dropped by its AF_XDP socket; senders: %d rate cuts, %d packets retransmitted (%d of them loss probes), %d ACK timeouts\n",
+			x.Marked, x.CNPs, x.RxDropped, x.CNPHandled, x.Retransmitted, x.Probes, x.Timeouts)
 		if o.Join && x.Flows > 1 {
 			if x.Join < 0 {
 				fmt.Fprintf(w, "  a flow starting again did not reach 90%% of its fair share within 1 s\n")

@@ -57,7 +57,7 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	}
 	defer bed.Close()
 	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, Interface: incast.HostDev, LinkSpeed: o.LineRate,
-		DCQCN: o.DCQCN, NoDCQCN: !dcqcnOn}
+		DCQCN: o.DCQCN, NoDCQCN: !dcqcnOn, SendWindow: o.SendWindow}
 	rh := bed.Receiver()
 	recv, err := openIn(ctx, rh.NS, cfg)
 	if err != nil {
@@ -178,6 +178,7 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	}
 	run.Marked = r1.QP.NPECNMarked - r0.QP.NPECNMarked
 	run.CNPs = r1.QP.NPCNPSent - r0.QP.NPCNPSent
+	run.RxDropped = r1.XSKRxDropped + r1.XSKRxRingFull - r0.XSKRxDropped - r0.XSKRxRingFull
 	if n > 1 && o.Join {
 		run.Join = join(ctx, flows[n-1], float64(q1.Delta(q0).Bytes)*8/qt.Seconds()/float64(n), o)
 	}
