@@ -108,15 +108,6 @@ func (r *Report) Carried() float64 {
 	return float64(r.Queue.Bytes) * 8 / d.Seconds()
 }
 
-// drain returns how long the bottleneck takes to send n bytes (0 when
-// its rate is unknown).
-func (r *Report) drain(n float64) time.Duration {
-	if r.Bottleneck == 0 {
-		return 0
-	}
-	return time.Duration(n * 8 / float64(r.Bottleneck) * float64(time.Second))
-}
-
 // Fairness returns Jain's index of the flows' goodputs.
 func (r *Report) Fairness() float64 { return Jain(r.Goodputs()) }
 
@@ -146,9 +137,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	q := &r.Queue
 	fmt.Fprintf(&b, "  bottleneck %s: carried %s (%.1f%% of its rate), sent %d packets, dropped %d, CE-marked %d, overlimits %d, backlog %d bytes at the end\n",
 		q.Qdisc, formatRate(r.Carried()), percent(r.Carried(), float64(r.Bottleneck)), q.Packets, q.Drops, q.Marks, q.Overlimits, q.Backlog)
-	if mean, ok := q.MeanBacklog(); ok {
+	if mean, ok := q.MeanBacklog(); ok && r.Bottleneck > 0 {
+		wait := Config{Bottleneck: r.Bottleneck}.DrainTime(int(mean))
 		fmt.Fprintf(&b, "  queue: %d arrivals found %.0f bytes waiting on average, %v at the bottleneck's rate\n",
-			q.Arrivals, mean, r.drain(mean).Round(time.Microsecond))
+			q.Arrivals, mean, wait.Round(time.Microsecond))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
