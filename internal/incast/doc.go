@@ -130,7 +130,11 @@
 // it marks on the real queue even when the machine cannot keep up with
 // the configured rate. A packet the FIFO has no room for is neither marked
 // nor counted; a GSO packet counts as the segments that fit. Packets that
-// are not ECN-capable only meet the FIFO's tail drop.
+// are not ECN-capable only meet the FIFO's tail drop. The program also adds
+// up the backlog every packet finds (Stats.Arrivals, Stats.BacklogSum,
+// Stats.MeanBacklog): the queue as the packets see it, not as one snapshot
+// catches it. On a TailDrop bed the same program, marking nothing, measures
+// it too, where the kernel can run it.
 //
 // # Statistics
 //
