@@ -262,27 +262,23 @@ func (b *Bed) bottleneck() error {
 	if err := b.tc(child...); err != nil {
 		return fmt.Errorf("bottleneck %v: %w", m.Kind, err)
 	}
-	switch m.Kind {
-	case Step:
-		s, err := attachStep(b.sw, ReceiverPort, c, true)
-		if err != nil {
-			return fmt.Errorf("bottleneck: %w", err)
-		}
-		b.step = s
-		b.commands = append(b.commands, fmt.Sprintf("tcx egress dev %s: BPF program %s: CE on ECN-capable packets that find %d bytes or more in the qdisc",
-			ReceiverPort, stepProgName, m.Min))
-	case TailDrop:
-		// The same program, marking nothing, measures the backlog
-		// arrivals find, where the kernel can run it.
-		s, err := attachStep(b.sw, ReceiverPort, c, false)
+	if m.Kind == Step || m.Kind == TailDrop {
+		// The Step marker; on a tail-drop bed the same program, marking
+		// nothing, measures the backlog arrivals find, where the kernel
+		// can run it.
+		mark := m.Kind == Step
+		s, err := attachStep(b.sw, ReceiverPort, c, mark)
 		switch {
-		case errors.Is(err, ErrUnsupported):
+		case errors.Is(err, ErrUnsupported) && !mark:
 		case err != nil:
 			return fmt.Errorf("bottleneck: %w", err)
 		default:
 			b.step = s
-			b.commands = append(b.commands, fmt.Sprintf("tcx egress dev %s: BPF program %s: the bytes each packet finds in the qdisc (no marks)",
-				ReceiverPort, stepProgName))
+			what := "the bytes each packet finds in the qdisc (no marks)"
+			if mark {
+				what = fmt.Sprintf("CE on ECN-capable packets that find %d bytes or more in the qdisc", m.Min)
+			}
+			b.commands = append(b.commands, fmt.Sprintf("tcx egress dev %s: BPF program %s: %s", ReceiverPort, stepProgName, what))
 		}
 	}
 	return nil
