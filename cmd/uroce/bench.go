@@ -126,7 +126,7 @@ func runBenchIncast(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&o.Size, "size", 65536, "RDMA WRITE message size in bytes")
 	fs.IntVar(&o.Window, "window", 8, "WRITEs in flight per flow")
 	fs.IntVar(&o.SendWindow, "send-window", 0, "request packets a sender's QP may have unacknowledged (0: the stack's adaptive window, -1: none, so that only DCQCN holds the senders back)")
-	fs.IntVar(&o.XDPRing, "xdp-ring", 0, "entries of each AF_XDP ring, a power of two (default 2048): deeper receive queues for the receiver's engine")
+	fs.IntVar(&o.RingSize, "ring-size", 0, "entries of each AF_XDP ring, a power of two (default 2048): deeper receive queues for the receiver's engine")
 	fs.DurationVar(&o.Duration, "duration", 2*time.Second, "length of each measured run")
 	mode := fs.String("dcqcn", "both", "runs with DCQCN on, off or both")
 	line := fs.Float64("line-rate", 10, "the senders' line rate in Gbit/s (DCQCN recovers to it)")

@@ -33,9 +33,9 @@ type IncastOptions struct {
 	// bytes within 256 KiB; -1 no bound but the WRITEs in flight, so
 	// that only DCQCN holds the senders back.
 	SendWindow int
-	// XDPRing is the entries of each AF_XDP ring of the receiver and
+	// RingSize is the entries of each AF_XDP ring of the receiver and
 	// the senders (stack.Config.XDPRingSize; 0: the default).
-	XDPRing int
+	RingSize int
 	// Duration of each measured run (default 2 s), after a fifth of it
 	// to reach a steady state.
 	Duration time.Duration

@@ -57,7 +57,7 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	}
 	defer bed.Close()
 	cfg := stack.Config{XDPMode: o.XDPMode, Queues: 1, Interface: incast.HostDev, LinkSpeed: o.LineRate,
-		DCQCN: o.DCQCN, NoDCQCN: !dcqcnOn, SendWindow: o.SendWindow, XDPRingSize: o.XDPRing}
+		DCQCN: o.DCQCN, NoDCQCN: !dcqcnOn, SendWindow: o.SendWindow, XDPRingSize: o.RingSize}
 	rh := bed.Receiver()
 	recv, err := openIn(ctx, rh.NS, cfg)
 	if err != nil {
