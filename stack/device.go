@@ -84,8 +84,8 @@ type Config struct {
 	SocketBusyPoll time.Duration
 	// XDPRingSize is the number of entries of each AF_XDP ring (fill,
 	// completion, RX, TX), a power of two (default xdp.DefaultRingSize).
-	// Larger rings get a UMEM of twice as many chunks, so that the fill
-	// ring holds as many receive buffers as it has entries.
+	// Larger rings get a UMEM of twice as many chunks (xdp.Config.Frames),
+	// so that the fill ring holds as many receive buffers as it has entries.
 	XDPRingSize int
 	// IdleSpin is how long an idle engine keeps polling its link before
 	// it sleeps in Link.Poll (negative: not at all). A frame or a post

@@ -116,7 +116,7 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 			return nil, err
 		}
 		s, err := xdp.Open(xdp.Config{Interface: name, Ifindex: li.index, Queue: q, NeedWakeup: true, MultiBuffer: multi, Mode: bind,
-			BusyPoll: cfg.SocketBusyPoll, RingSize: cfg.XDPRingSize, Frames: umemFrames(cfg.XDPRingSize)})
+			BusyPoll: cfg.SocketBusyPoll, RingSize: cfg.XDPRingSize})
 		if err != nil {
 			if q > 0 && cfg.Queues == 0 && errors.Is(err, xdp.ErrNoQueue) {
 				break // the driver uses fewer queues than it has
@@ -228,14 +228,4 @@ func (c *ifaceCloser) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// umemFrames is the UMEM size for rings of n entries: enough chunks to
-// keep a full fill ring and as many for transmitting, as the defaults do
-// (xdp keeps at most half the frames on the fill ring).
-func umemFrames(n int) int {
-	if n <= xdp.DefaultRingSize {
-		return 0 // xdp.DefaultFrames
-	}
-	return 2 * n
 }

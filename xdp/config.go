@@ -72,7 +72,8 @@ type Config struct {
 	// Queue is the interface queue to bind to.
 	Queue int
 	// Frames is the number of UMEM chunks (ChunkSize bytes each),
-	// DefaultFrames by default. Up to RingSize of them (at most half) are
+	// DefaultFrames by default, or twice RingSize when that is more. Up
+	// to RingSize of them (at most half) are
 	// kept on the fill ring for receiving; the rest carry transmitted
 	// frames.
 	Frames int
@@ -126,11 +127,12 @@ var (
 
 // withDefaults fills in defaults and checks the configuration.
 func (c Config) withDefaults() (Config, error) {
-	if c.Frames == 0 {
-		c.Frames = DefaultFrames
-	}
 	if c.RingSize == 0 {
 		c.RingSize = DefaultRingSize
+	}
+	if c.Frames == 0 {
+		// As many chunks for transmitting as the fill ring holds.
+		c.Frames = max(DefaultFrames, 2*c.RingSize)
 	}
 	switch {
 	case c.Frames < 2 || c.Frames > 1<<20:
