@@ -119,7 +119,10 @@ func TestCMListenRping(t *testing.T) {
 	var s *Session
 	p := Then(l, func() (Player, error) {
 		var err error
-		s, err = NewSession(c, me, l.Live(), Options{Timeout: 2 * time.Second, Tolerate: map[string]bool{}})
+		// The live client's timers are its own: a SEND it probes again
+		// because this end's step pace was slow on a loaded machine is
+		// no answer (counted in Resent).
+		s, err = NewSession(c, me, l.Live(), Options{Timeout: 2 * time.Second, Tolerate: map[string]bool{"resent": true}})
 		return s, err
 	})
 	if err := Drive(ctx, p, pa, nil); err != nil || p.Err() != nil {
