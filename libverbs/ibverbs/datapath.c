@@ -59,6 +59,48 @@ static int empty_poll(struct uv_cq *cq)
 	return t - cq->empty_since >= (uint64_t)after;
 }
 
+/*
+ * What an empty poll does (the caller holds the CQ's lock): it notes an
+ * overrun not yet reported and says whether to yield (n: the entries
+ * asked for).
+ */
+static void cq_empty(struct uv_cq *cq, int n, int *overrun, int *yield)
+{
+	uint32_t ov = uv_load(uv_ring_word(&cq->ring, UP_OFF_OVERRUN));
+	if (ov != cq->overrun_seen) {
+		cq->overrun_seen = ov;
+		*overrun = 1;
+	}
+	*yield = n > 0 && empty_poll(cq);
+}
+
+/* ... and, with the lock released, reports the overrun and yields. */
+static void cq_after_empty(struct uv_cq *cq, int overrun, int yield)
+{
+	struct ibv_cq *ibcq = &cq->cq;
+	if (yield) {
+		atomic_fetch_add_explicit(&uv_ctx(ibcq->context)->n_yields, 1, memory_order_relaxed);
+		sched_yield();
+	}
+	if (overrun) {
+		/* Completions were lost to a full ring: the CQ is in error, as an overrun RNIC CQ is. */
+		uv_debug("cq %u: %u completions lost to a full ring", cq->handle, cq->overrun_seen);
+		struct ibv_async_event ev = {.event_type = IBV_EVENT_CQ_ERR};
+		ev.element.cq = ibcq;
+		__atomic_add_fetch(&cq->async_reported, 1, __ATOMIC_RELAXED);
+		uv_queue_event(uv_ctx(ibcq->context), &ev);
+	}
+}
+
+/* The consumer index moved to cons: the daemon may reuse the slots. */
+static void cq_consumed(struct uv_cq *cq, uint32_t cons)
+{
+	cq->ring.prod = cons;
+	uv_store(uv_ring_word(&cq->ring, UP_OFF_CONSUMER), cons);
+	cq->empty_polls = 0;
+	cq->empty_since = 0;
+}
+
 int uv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct uv_cq *cq = (struct uv_cq *)ibcq;
@@ -92,33 +134,134 @@ int uv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cons++;
 		k++;
 	}
-	if (k) {
-		r->prod = cons;
-		uv_store(uv_ring_word(r, UP_OFF_CONSUMER), cons);
-		cq->empty_polls = 0;
-		cq->empty_since = 0;
-	} else {
-		uint32_t ov = uv_load(uv_ring_word(r, UP_OFF_OVERRUN));
-		if (ov != cq->overrun_seen) {
-			cq->overrun_seen = ov;
-			overrun = 1;
-		}
-		yield = n > 0 && empty_poll(cq);
-	}
+	if (k)
+		cq_consumed(cq, cons);
+	else
+		cq_empty(cq, n, &overrun, &yield);
 	pthread_spin_unlock(&cq->lock);
-	if (yield) {
-		atomic_fetch_add_explicit(&uv_ctx(ibcq->context)->n_yields, 1, memory_order_relaxed);
-		sched_yield();
-	}
-	if (overrun) {
-		/* Completions were lost to a full ring: the CQ is in error, as an overrun RNIC CQ is. */
-		uv_debug("cq %u: %u completions lost to a full ring", cq->handle, cq->overrun_seen);
-		struct ibv_async_event ev = {.event_type = IBV_EVENT_CQ_ERR};
-		ev.element.cq = ibcq;
-		__atomic_add_fetch(&cq->async_reported, 1, __ATOMIC_RELAXED);
-		uv_queue_event(uv_ctx(ibcq->context), &ev);
-	}
+	if (overrun || yield)
+		cq_after_empty(cq, overrun, yield);
 	return k;
+}
+
+/*
+ * The extended CQ's polling (ibv_create_cq_ex): ibv_start_poll takes the
+ * CQ's lock and makes the oldest completion current, ibv_next_poll
+ * consumes it and makes the next one current, ibv_end_poll consumes the
+ * current one, hands the slots back and releases the lock. Nothing is
+ * copied: the ibv_wc_read_* read the ring's slot.
+ */
+
+/* Makes the completion at the consumer index current, if there is one. */
+static int cq_current(struct uv_cq *cq)
+{
+	struct uv_ring *r = &cq->ring;
+	if (r->prod == cq->poll_prod) {
+		cq->poll_prod = uv_load(uv_ring_word(r, UP_OFF_PRODUCER));
+		if (r->prod == cq->poll_prod) {
+			cq->cur = NULL;
+			return ENOENT;
+		}
+	}
+	const struct up_wc *s = (const struct up_wc *)uv_ring_slot(r, r->prod);
+	cq->cur = s;
+	cq->cqx.status = s->status;
+	cq->cqx.wr_id = s->wr_id;
+	if (s->opcode & IBV_WC_RECV)
+		uv_cq_recv_done(cq, s->qp_num);
+	return 0;
+}
+
+static int uv_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
+{
+	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_spin_lock(&cq->lock);
+	cq->poll_prod = cq->ring.prod;
+	if (cq_current(cq) == 0)
+		return 0; /* the lock is held until ibv_end_poll */
+	int overrun = 0, yield = 0;
+	cq_empty(cq, 1, &overrun, &yield);
+	pthread_spin_unlock(&cq->lock);
+	if (overrun || yield)
+		cq_after_empty(cq, overrun, yield);
+	return ENOENT;
+}
+
+static int uv_next_poll(struct ibv_cq_ex *ibcq)
+{
+	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	if (cq->cur) {
+		cq->ring.prod++;
+		cq->cur = NULL;
+	}
+	return cq_current(cq);
+}
+
+static void uv_end_poll(struct ibv_cq_ex *ibcq)
+{
+	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	uint32_t cons = cq->ring.prod + (cq->cur != NULL);
+	cq->cur = NULL;
+	cq_consumed(cq, cons);
+	pthread_spin_unlock(&cq->lock);
+}
+
+static const struct up_wc *wc_cur(struct ibv_cq_ex *ibcq) { return ((struct uv_cq *)ibcq)->cur; }
+
+static enum ibv_wc_opcode rd_opcode(struct ibv_cq_ex *c) { return (enum ibv_wc_opcode)wc_cur(c)->opcode; }
+static uint32_t rd_vendor_err(struct ibv_cq_ex *c) { return wc_cur(c)->vendor_err; }
+static uint32_t rd_byte_len(struct ibv_cq_ex *c) { return wc_cur(c)->byte_len; }
+static uint32_t rd_qp_num(struct ibv_cq_ex *c) { return wc_cur(c)->qp_num; }
+static uint32_t rd_src_qp(struct ibv_cq_ex *c) { return wc_cur(c)->src_qp; }
+static unsigned int rd_wc_flags(struct ibv_cq_ex *c) { return wc_cur(c)->wc_flags; }
+static uint32_t rd_slid(struct ibv_cq_ex *c) { return wc_cur(c)->slid; }
+static uint8_t rd_sl(struct ibv_cq_ex *c) { return wc_cur(c)->sl; }
+static uint8_t rd_dlid_path_bits(struct ibv_cq_ex *c) { return wc_cur(c)->dlid_path_bits; }
+
+/*
+ * The immediate in network order, as ibv_wc's imm_data; for a SEND with
+ * invalidate the invalidated R_Key in host order, which is what
+ * ibv_wc_read_invalidated_rkey returns through this entry.
+ */
+static __be32 rd_imm_data(struct ibv_cq_ex *c)
+{
+	const struct up_wc *s = wc_cur(c);
+	return (s->wc_flags & IBV_WC_WITH_INV) ? (__be32)s->imm : htobe32(s->imm);
+}
+
+/* What ibv_create_cq_ex refuses to be asked for: never read, but never a NULL call either. */
+static uint64_t rd_zero64(struct ibv_cq_ex *c) { (void)c; return 0; }
+static uint16_t rd_cvlan(struct ibv_cq_ex *c) { (void)c; return 0; }
+static uint32_t rd_flow_tag(struct ibv_cq_ex *c) { (void)c; return 0; }
+static void rd_tm_info(struct ibv_cq_ex *c, struct ibv_wc_tm_info *tm)
+{
+	(void)c;
+	memset(tm, 0, sizeof(*tm));
+}
+
+void uv_fill_cq_ex(struct uv_cq *cq)
+{
+	struct ibv_cq_ex *x = &cq->cqx;
+	x->start_poll = uv_start_poll;
+	x->next_poll = uv_next_poll;
+	x->end_poll = uv_end_poll;
+	x->read_opcode = rd_opcode;
+	x->read_vendor_err = rd_vendor_err;
+	x->read_byte_len = rd_byte_len;
+	x->read_imm_data = rd_imm_data;
+	x->read_qp_num = rd_qp_num;
+	x->read_src_qp = rd_src_qp;
+	x->read_wc_flags = rd_wc_flags;
+	x->read_slid = rd_slid;
+	x->read_sl = rd_sl;
+	x->read_dlid_path_bits = rd_dlid_path_bits;
+	x->read_completion_ts = rd_zero64;
+	x->read_cvlan = rd_cvlan;
+	x->read_flow_tag = rd_flow_tag;
+	x->read_tm_info = rd_tm_info;
+	x->read_completion_wallclock_ns = rd_zero64;
 }
 
 int uv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)

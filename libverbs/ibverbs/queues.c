@@ -180,9 +180,9 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 /* CQs. */
 
-UV_LATEST(ibv_create_cq);
-struct ibv_cq *uv_ibv_create_cq_1_1(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel,
-			     int comp_vector)
+/* A CQ of either kind; NULL with errno set. */
+static struct uv_cq *create_cq(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+			       int comp_vector)
 {
 	struct uv_context *c = uv_ctx(ctx);
 	if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors || cqe < 1) {
@@ -238,7 +238,43 @@ struct ibv_cq *uv_ibv_create_cq_1_1(struct ibv_context *ctx, int cqe, void *cq_c
 		pthread_mutex_unlock(&ctx->mutex);
 	}
 	LIST_ADD(c, cqs, cq);
-	return &cq->cq;
+	return cq;
+}
+
+UV_LATEST(ibv_create_cq);
+struct ibv_cq *uv_ibv_create_cq_1_1(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+			     int comp_vector)
+{
+	struct uv_cq *cq = create_cq(ctx, cqe, cq_context, channel, comp_vector);
+	return cq ? &cq->cq : NULL;
+}
+
+/*
+ * verbs_context.create_cq_ex (ibv_create_cq_ex): the completion's fields
+ * a uroce CQ has (IBV_WC_STANDARD_FLAGS); timestamps, VLANs, flow tags
+ * and tag matching are refused (EOPNOTSUPP), as is a parent domain.
+ */
+static struct ibv_cq_ex *uv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
+{
+	const uint32_t masks = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+	const uint32_t flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	if ((a->comp_mask & ~masks) || (a->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~flags)) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && a->parent_domain)) {
+		uv_debug("create_cq_ex: comp_mask %#x wc_flags %#llx flags %#x: not supported", a->comp_mask,
+			 (unsigned long long)a->wc_flags, a->flags);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->cqe > INT32_MAX || a->comp_vector > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct uv_cq *cq = create_cq(ctx, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	if (!cq)
+		return NULL;
+	uv_fill_cq_ex(cq);
+	return &cq->cqx;
 }
 
 UV_LATEST(ibv_resize_cq);
@@ -832,4 +868,5 @@ void uv_fill_ops(struct uv_context *c)
 	c->vctx.query_port = uv_query_port;
 	c->vctx.query_device_ex = uv_query_device_ex;
 	c->vctx.create_qp_ex = uv_create_qp_ex;
+	c->vctx.create_cq_ex = uv_create_cq_ex;
 }

@@ -174,7 +174,10 @@ struct uv_rq_ref {
 };
 
 struct uv_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* ibv_create_cq_ex's: its first fields are ibv_cq's */
+	};
 	uint32_t handle;
 	void *mem;
 	size_t mem_len;
@@ -191,7 +194,14 @@ struct uv_cq {
 	struct uv_rq_ref *rqs; /* the QPs it is the receive CQ of (under lock) */
 	int nrqs;
 	struct uv_cq *next; /* the context's list */
+	/* Between ibv_start_poll and ibv_end_poll (under lock): */
+	const struct up_wc *cur; /* the completion the ibv_wc_read_* read, or NULL */
+	uint32_t poll_prod;      /* the producer index last read */
 };
+
+/* ibv_cq_ex_to_cq is a cast: the two structs start alike. */
+_Static_assert(offsetof(struct ibv_cq_ex, async_events_completed) == offsetof(struct ibv_cq, async_events_completed),
+	       "ibv_cq_ex starts as ibv_cq");
 
 struct uv_srq {
 	struct ibv_srq srq;
@@ -275,6 +285,7 @@ void uv_cq_recv_done(struct uv_cq *cq, uint32_t qpn);
 
 /* datapath.c */
 int uv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+void uv_fill_cq_ex(struct uv_cq *cq);
 int uv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int uv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int uv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);

@@ -63,7 +63,7 @@
 #define WATCHDOG_SECONDS 300
 
 /* The RC QPs each end creates, in the order the peers pair them. */
-enum { Q_MAIN, Q_INV, Q_WR, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, Q_MW, Q_MW_ERR, NQP };
+enum { Q_MAIN, Q_INV, Q_WR, Q_SRQ0, Q_SRQ1, Q_BAD_RKEY, Q_NO_WRITE, Q_BOUNDS, Q_RNR, Q_MW, Q_MW_ERR, Q_CQX, NQP };
 
 static const char *prog = "verbs_test";
 static int timeout_ms = 5000;
@@ -354,6 +354,7 @@ struct end {
 	struct ibv_cq *ud_cq;
 	struct ibv_cq *local_cq; /* QPs that never connect */
 	struct ibv_cq *wr_cq;    /* the QPs of the ibv_wr_* API, both queues */
+	struct ibv_cq_ex *cqx;   /* ibv_create_cq_ex's: qp[Q_CQX]'s, both queues */
 	struct ibv_srq *srq;
 	struct ibv_qp *qp[NQP];
 	uint32_t psn[NQP];
@@ -682,6 +683,25 @@ static int case_create_cq(void)
 	struct ibv_cq *bad = ibv_create_cq(E.ctx, 16, NULL, NULL, E.ctx->num_comp_vectors);
 	CHECK(!bad, "ibv_create_cq on comp_vector %d (of %d) succeeded", E.ctx->num_comp_vectors,
 	      E.ctx->num_comp_vectors);
+	struct ibv_cq_init_attr_ex xa = {.cqe = 64, .cq_context = &E.cqx, .wc_flags = IBV_WC_STANDARD_FLAGS};
+	E.cqx = ibv_create_cq_ex(E.ctx, &xa);
+	CHECK(E.cqx, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS: %s", strerror(errno));
+	struct ibv_cq *c = ibv_cq_ex_to_cq(E.cqx);
+	CHECK(c->cqe >= 64 && c->context == E.ctx && c->cq_context == &E.cqx && !c->channel,
+	      "ibv_create_cq_ex: cqe %d context %p cq_context %p", c->cqe, (void *)c->context, c->cq_context);
+	struct ibv_poll_cq_attr pa = {0};
+	int e = ibv_start_poll(E.cqx, &pa);
+	if (e == 0)
+		ibv_end_poll(E.cqx);
+	CHECK(e == ENOENT, "ibv_start_poll on a new CQ: %s, want ENOENT", strerror(e));
+	/* A field the device may not have: the CQ, or EOPNOTSUPP. */
+	xa.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	errno = 0;
+	struct ibv_cq_ex *ts = ibv_create_cq_ex(E.ctx, &xa);
+	CHECK(ts || errno == EOPNOTSUPP, "ibv_create_cq_ex with completion timestamps: %s, want a CQ or EOPNOTSUPP",
+	      strerror(errno));
+	if (ts)
+		CHECK((e = ibv_destroy_cq(ibv_cq_ex_to_cq(ts))) == 0, "ibv_destroy_cq (timestamps): %s", strerror(e));
 	return 0;
 }
 
@@ -787,10 +807,12 @@ static int case_create_qp(void)
 	CHECK(E.qp[Q_SRQ0]->srq == E.srq, "qp->srq");
 	E.qp[Q_INV] = create_qp(IBV_QPT_RC, E.cq, E.ev_cq, NULL, NULL);
 	CHECK(E.qp[Q_INV], "ibv_create_qp (RC): %s", strerror(errno));
-	for (int i = Q_BAD_RKEY; i < NQP; i++) {
+	for (int i = Q_BAD_RKEY; i <= Q_MW_ERR; i++) {
 		E.qp[i] = create_qp(IBV_QPT_RC, E.err_cq, E.err_cq, NULL, NULL);
 		CHECK(E.qp[i], "ibv_create_qp (RC): %s", strerror(errno));
 	}
+	E.qp[Q_CQX] = create_qp(IBV_QPT_RC, ibv_cq_ex_to_cq(E.cqx), ibv_cq_ex_to_cq(E.cqx), NULL, NULL);
+	CHECK(E.qp[Q_CQX], "ibv_create_qp on ibv_create_cq_ex's CQ: %s", strerror(errno));
 	E.ud = create_qp(IBV_QPT_UD, E.ud_cq, E.ud_cq, NULL, NULL);
 	CHECK(E.ud, "ibv_create_qp (UD): %s", strerror(errno));
 	CHECK(E.ud->qp_type == IBV_QPT_UD, "UD qp_type %d", E.ud->qp_type);
@@ -1734,6 +1756,144 @@ static int case_rc_write_imm(void)
 		    expect_wc(E.cq, &wc, 22, IBV_WC_RDMA_WRITE, "write with immediate");
 	sync_peer(1);
 	return r;
+}
+
+/* A completion as the ibv_wc_read_* give it. */
+struct wc_ex {
+	uint64_t wr_id;
+	enum ibv_wc_status status;
+	enum ibv_wc_opcode opcode;
+	uint32_t byte_len, imm, qp_num;
+	unsigned int flags;
+};
+
+/*
+ * n completions of an extended CQ within the timeout: 0, or -1 with why
+ * set. Each ibv_start_poll that finds one reads it; with chain, the
+ * rest follow through ibv_next_poll, and ibv_end_poll comes after the
+ * n-th; without, each is ended on its own. A chain must find the next
+ * completion there: after an ibv_next_poll that finds none, providers
+ * differ (mlx5's and uroce's keep the CQ until ibv_end_poll; rxe's
+ * releases it there, and an ibv_end_poll then skips a slot), so the
+ * caller chains only completions it knows have all arrived.
+ */
+static int poll_ex(struct ibv_cq_ex *cq, struct wc_ex *out, int n, int chain, const char *what)
+{
+	uint64_t until = now_ms() + timeout_ms;
+	int k = 0;
+	for (unsigned spins = 0; k < n; spins++) {
+		struct ibv_poll_cq_attr a = {0};
+		int e = ibv_start_poll(cq, &a);
+		if (e == ENOENT) {
+			if ((spins & 255) == 255 && now_ms() > until)
+				return failf("%s: %d of %d completions in %d ms", what, k, n, timeout_ms);
+			if ((spins & 15) == 15)
+				sched_yield();
+			continue;
+		}
+		if (e)
+			return failf("%s: ibv_start_poll: %s", what, strerror(e));
+		for (;;) {
+			struct wc_ex *w = &out[k++];
+			w->wr_id = cq->wr_id;
+			w->status = cq->status;
+			w->opcode = ibv_wc_read_opcode(cq);
+			w->byte_len = ibv_wc_read_byte_len(cq);
+			w->flags = ibv_wc_read_wc_flags(cq);
+			w->imm = (w->flags & IBV_WC_WITH_IMM) ? be32toh(ibv_wc_read_imm_data(cq)) : 0;
+			w->qp_num = ibv_wc_read_qp_num(cq);
+			if (!chain || k == n)
+				break;
+			if ((e = ibv_next_poll(cq)) != 0)
+				break;
+		}
+		ibv_end_poll(cq);
+		if (chain && k < n)
+			return failf("%s: ibv_next_poll after %d of %d completions: %s", what, k, n, strerror(e));
+	}
+	return 0;
+}
+
+/*
+ * The extended CQ (ibv_create_cq_ex): a SEND with immediate and a WRITE
+ * with immediate, their completions read with ibv_start_poll,
+ * ibv_next_poll, ibv_end_poll and the ibv_wc_read_* on both ends, and an
+ * empty CQ answers ENOENT after them. The client reads its two one at a
+ * time; the server chains its two once the client has both of its own
+ * (the last request acknowledged: both receives completed).
+ */
+static int case_cq_ex(void)
+{
+	struct ibv_qp *qp = E.qp[Q_CQX];
+	const uint32_t slen = 300, wlen = E.mtu_bytes + 100, off = 30000, imm1 = 0x01020304, imm2 = 0xfedcba98;
+	uint8_t *rbuf = E.mm + 45000;
+	struct wc_ex wc[2];
+	struct ibv_poll_cq_attr pa = {0};
+	if (server) {
+		memset(rbuf, GUARD, 512);
+		memset(E.buf + off, GUARD, wlen);
+		int e = post_recv(qp, rbuf, 512, E.mm_mr->lkey, 71);
+		if (!e)
+			e = post_recv(qp, E.mm + 46000, 64, E.mm_mr->lkey, 72);
+		sync_peer(1);
+		int r = e ? failf("ibv_post_recv: %s", strerror(e)) : 0;
+		if (!sync_peer(1) && !r)
+			r = failf("the client's requests failed");
+		if (!r)
+			r = poll_ex(E.cqx, wc, 2, 1, "receives");
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 71 && wc[0].opcode == IBV_WC_RECV &&
+			      wc[0].byte_len == slen && (wc[0].flags & IBV_WC_WITH_IMM) && wc[0].imm == imm1 &&
+			      wc[0].qp_num == qp->qp_num,
+		      "the SEND's completion: wr_id %llu status %d opcode %d byte_len %u flags %#x imm %#x qp %#x",
+		      (unsigned long long)wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len, wc[0].flags,
+		      wc[0].imm, wc[0].qp_num);
+		CHECK(wc[1].status == IBV_WC_SUCCESS && wc[1].wr_id == 72 && wc[1].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+			      wc[1].byte_len == wlen && (wc[1].flags & IBV_WC_WITH_IMM) && wc[1].imm == imm2 &&
+			      wc[1].qp_num == qp->qp_num,
+		      "the WRITE's completion: wr_id %llu status %d opcode %d byte_len %u flags %#x imm %#x qp %#x",
+		      (unsigned long long)wc[1].wr_id, wc[1].status, wc[1].opcode, wc[1].byte_len, wc[1].flags,
+		      wc[1].imm, wc[1].qp_num);
+		long i = check_pat(rbuf, slen, 71);
+		CHECK(i < 0, "received byte %ld differs", i);
+		i = check_pat(E.buf + off, wlen, 72);
+		CHECK(i < 0, "written byte %ld differs", i);
+	} else {
+		fill(E.mm, slen, 71);
+		fill(E.mm + 4096, wlen, 72);
+		sync_peer(1);
+		struct ibv_sge s1 = {.addr = (uintptr_t)E.mm, .length = slen, .lkey = E.mm_mr->lkey};
+		struct ibv_sge s2 = {.addr = (uintptr_t)E.mm + 4096, .length = wlen, .lkey = E.mm_mr->lkey};
+		struct ibv_send_wr w2 = {.wr_id = 74, .sg_list = &s2, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(imm2)};
+		w2.wr.rdma.remote_addr = E.peer.buf_addr + off;
+		w2.wr.rdma.rkey = E.peer.buf_rkey;
+		struct ibv_send_wr w1 = {.wr_id = 73, .next = &w2, .sg_list = &s1, .num_sge = 1,
+					 .opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+					 .imm_data = htobe32(imm1)},
+				   *bad;
+		int e = ibv_post_send(qp, &w1, &bad);
+		int r = e ? failf("ibv_post_send: %s", strerror(e)) : poll_ex(E.cqx, wc, 2, 0, "sends");
+		sync_peer(r == 0);
+		sync_peer(1);
+		if (r)
+			return r;
+		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 73 && wc[0].opcode == IBV_WC_SEND &&
+			      wc[0].qp_num == qp->qp_num,
+		      "the SEND's completion: wr_id %llu status %d opcode %d qp %#x", (unsigned long long)wc[0].wr_id,
+		      wc[0].status, wc[0].opcode, wc[0].qp_num);
+		CHECK(wc[1].status == IBV_WC_SUCCESS && wc[1].wr_id == 74 && wc[1].opcode == IBV_WC_RDMA_WRITE &&
+			      wc[1].qp_num == qp->qp_num,
+		      "the WRITE's completion: wr_id %llu status %d opcode %d qp %#x", (unsigned long long)wc[1].wr_id,
+		      wc[1].status, wc[1].opcode, wc[1].qp_num);
+	}
+	int e = ibv_start_poll(E.cqx, &pa);
+	if (e == 0)
+		ibv_end_poll(E.cqx);
+	CHECK(e == ENOENT, "ibv_start_poll on the emptied CQ: %s, want ENOENT", e ? strerror(e) : "a completion");
+	return 0;
 }
 
 /*
@@ -2808,7 +2968,7 @@ static int case_destroy(void)
 	e = ibv_dealloc_pd(E.pd);
 	CHECK(e == EBUSY, "ibv_dealloc_pd of a PD with an SRQ and MRs: %s, want EBUSY", strerror(e));
 	CHECK((e = ibv_destroy_srq(E.srq)) == 0, "ibv_destroy_srq: %s", strerror(e));
-	struct ibv_cq *cqs[] = {E.cq, E.ev_cq, E.srq_cq, E.err_cq, E.ud_cq, E.local_cq, E.wr_cq};
+	struct ibv_cq *cqs[] = {E.cq, E.ev_cq, E.srq_cq, E.err_cq, E.ud_cq, E.local_cq, E.wr_cq, ibv_cq_ex_to_cq(E.cqx)};
 	for (size_t i = 0; i < sizeof(cqs) / sizeof(cqs[0]); i++)
 		CHECK((e = ibv_destroy_cq(cqs[i])) == 0, "ibv_destroy_cq %zu: %s", i, strerror(e));
 	CHECK((e = ibv_destroy_comp_channel(E.ch)) == 0, "ibv_destroy_comp_channel: %s", strerror(e));
@@ -2992,6 +3152,7 @@ int main(int argc, char **argv)
 	RUN("rc_atomic_fadd", case_rc_atomic(1));
 	RUN("srq", case_srq());
 	RUN("ud", case_ud());
+	RUN("cq_ex", case_cq_ex());
 	RUN("rc_wr_api", case_rc_wr_api());
 	RUN("ud_wr_api", case_ud_wr_api());
 	RUN("rc_bad_rkey", case_rc_remote_error(Q_BAD_RKEY));
