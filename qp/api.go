@@ -335,6 +335,12 @@ type Caps struct {
 	// up to 256 KiB; a negative value no bound but the PSN space. See
 	// the package documentation on loss recovery.
 	SendWindow int
+	// ReadWindow bounds, in bytes, the RDMA READ responses an RC
+	// requester has asked for and not yet received in full (atomics
+	// count 8 bytes): a READ that would take them past it waits, but one
+	// may always be outstanding. Zero means DefaultReadWindow; a
+	// negative value leaves only max_rd_atomic as a bound.
+	ReadWindow int
 	// CNP is how the QP answers CE-marked packets (congestion.go).
 	CNP CNPConfig
 	// DCQCN, when set, makes the QP react to CNPs with DCQCN's rate
@@ -358,6 +364,17 @@ type Caps struct {
 // in flight to keep a link busy, little enough that recovering from a
 // loss (the responder working through what followed it) is quick.
 const DefaultSendWindow = 48 << 10
+
+// DefaultReadWindow is the READ window of an RC QP whose Caps leave it
+// zero: 1 MiB of READ responses outstanding. Without it, max_rd_atomic
+// is the only bound, and perftest's ib_read_bw asks for 128 READs at
+// once: of 2 MiB each with -a, 256 MiB of responses that a software
+// receiver cannot take at the rate a responder sends them, and every
+// response after a lost one is asked for again (go-back-N), so the ACK
+// timer runs out retry_cnt times and the READs fail (retry exceeded).
+// rdma_rxe's requester holds back every request past 128 unacknowledged
+// PSNs (512 KiB at MTU 4096), to the same end.
+const DefaultReadWindow = 1 << 20
 
 // WROpcode is a send work request's operation (ibv_wr_opcode).
 type WROpcode uint8

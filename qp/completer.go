@@ -740,11 +740,12 @@ func (q *QP) placedResponse(now Time, w *sendWQE, p *bth.Packet, psn bth.PSN, pr
 
 // rdState is the requester's part for READs and atomics.
 type rdState struct {
-	held uint64 // queue counter from which READs and atomics hold their credits
-	asks int    // WQEs with a request due for missing responses (askState.due)
-	seq  uint64 // READ and atomic requests sent
-	seen uint64 // the latest of them whose answer has begun
-	pace readPace
+	held  uint64 // queue counter from which READs and atomics hold their credits ...
+	bytes uint64 // ... and the bytes of their responses (the READ window)
+	asks  int    // WQEs with a request due for missing responses (askState.due)
+	seq   uint64 // READ and atomic requests sent
+	seen  uint64 // the latest of them whose answer has begun
+	pace  readPace
 }
 
 // readPace is how soon a READ's answer is due once the responder turns
@@ -954,6 +955,7 @@ func (q *QP) rdDone(now Time, w *sendWQE) {
 			break
 		}
 		q.rdOut--
+		q.rd.bytes -= rdBytes(x)
 	}
 	q.rd.held = i
 }

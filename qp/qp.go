@@ -43,6 +43,7 @@ type QP struct {
 	curIdx   uint64  // transmit cursor: WQE counter ...
 	curPkt   uint32  // ... and packet (PSN offset) within it
 	rdOut    int     // READ/atomic requests holding a max_rd_atomic credit (rd.held)
+	readWin  uint64  // the READ window (Caps.ReadWindow), 0: none
 	rd       rdState // READs and atomics whose responses were lost (completer.go)
 	cred     credits // the responder's end-to-end credits (credit.go)
 	win      window  // the send window and the A bit's spacing (requester.go)
@@ -124,6 +125,12 @@ func New(caps Caps, env Env) (*QP, error) {
 	q.sq.init(max(caps.MaxSendWR, 1), caps.MaxSendSGE, caps.MaxInline)
 	q.win.size, q.win.most = windowOf(caps.SendWindow)
 	q.win.least = q.win.size
+	switch {
+	case caps.ReadWindow == 0:
+		q.readWin = DefaultReadWindow
+	case caps.ReadWindow > 0:
+		q.readWin = uint64(caps.ReadWindow)
+	}
 	if q.typ == UD {
 		q.sq.avs = make([]udDest, len(q.sq.slots))
 	}
@@ -236,7 +243,7 @@ func (q *QP) flushSend() {
 	}
 	sq.next, q.curIdx, q.curPkt = sq.tail, sq.tail, 0
 	q.rdOut = 0
-	q.rd.held, q.rd.asks = sq.tail, 0
+	q.rd.held, q.rd.asks, q.rd.bytes = sq.tail, 0, 0
 	q.gentle.on = false
 	q.compPSN = q.nextPSN
 }

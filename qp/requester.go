@@ -254,6 +254,9 @@ func (q *QP) canStart(w *sendWQE) bool {
 	if isRdAtomic(w.wr.Opcode) && q.attr.MaxRdAtomic > 0 && q.rdOut >= int(q.attr.MaxRdAtomic) {
 		return false
 	}
+	if isRdAtomic(w.wr.Opcode) && q.readWin > 0 && q.rdOut > 0 && q.rd.bytes+rdBytes(w) > q.readWin {
+		return false
+	}
 	if w.wr.Flags&SendFence != 0 && q.rdOut > 0 {
 		return false
 	}
@@ -319,10 +322,20 @@ func (q *QP) start(w *sendWQE) bool {
 	w.cost0 = q.win.nextCost
 	if w.rdAtomic {
 		q.rdOut++
+		q.rd.bytes += rdBytes(w)
 	} else if q.typ == RC {
 		q.win.nextCost = q.costAt(w, w.npkts-1) + uint64(q.pktCost(w, w.npkts-1))
 	}
 	return true
+}
+
+// rdBytes is what READ or atomic w counts in the READ window: its
+// responses' bytes.
+func rdBytes(w *sendWQE) uint64 {
+	if w.wr.Opcode == WRRead {
+		return uint64(w.length)
+	}
+	return 8
 }
 
 // failWQE completes w with an error and takes the QP out of service:

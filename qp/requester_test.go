@@ -337,3 +337,59 @@ func TestUnsignaledAndSignalAll(t *testing.T) {
 		wantWC(t, "all", n.sink.send, want...)
 	}
 }
+
+// TestReadWindow: READs wait while their responses outstanding would
+// pass the READ window, one READ always goes (even one larger than the
+// window), the window frees as READs complete, a negative window leaves
+// max_rd_atomic alone as the bound, and the default is
+// DefaultReadWindow.
+func TestReadWindow(t *testing.T) {
+	o := defaultConn()
+	o.rdAtomic = 8
+	rd := func(id uint64, key uint32, length uint32) SendWR {
+		return SendWR{ID: id, Opcode: WRRead, Flags: SendSignaled, SG: []SGE{{Addr: 0x10000, Length: length, LKey: key}},
+			RemoteAddr: 0x7000, RKey: 9}
+	}
+	n := single(t, Caps{ReadWindow: 3000}, o)
+	_, key := n.buf(8192, 0x10000, 1)
+	for id := uint64(1); id <= 4; id++ {
+		n.post(t, rd(id, key, 1024))
+	}
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 0, true, 0}, pkt{bth.OpReadRequest, 1, true, 0})
+	n.qp.Receive(0, craft(t, hdr(bth.OpReadRespOnly, 0), make([]byte, 1024)))
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 2, true, 0})
+	for _, psn := range []bth.PSN{1, 2} {
+		n.qp.Receive(0, craft(t, hdr(bth.OpReadRespOnly, psn), make([]byte, 1024)))
+	}
+	// The last READ alone; then one past the window, alone too.
+	n.post(t, rd(5, key, 5000))
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 3, true, 0})
+	n.qp.Receive(0, craft(t, hdr(bth.OpReadRespOnly, 3), make([]byte, 1024)))
+	n.qp.Pump(0)
+	wantPkts(t, n.out.take(), pkt{bth.OpReadRequest, 4, true, 0})
+	wantWC(t, "reads", n.sink.send, WC{ID: 1, Opcode: WCRDMARead}, WC{ID: 2, Opcode: WCRDMARead},
+		WC{ID: 3, Opcode: WCRDMARead}, WC{ID: 4, Opcode: WCRDMARead})
+
+	n = single(t, Caps{ReadWindow: -1}, o)
+	_, key = n.buf(8192, 0x10000, 1)
+	for id := uint64(1); id <= 4; id++ {
+		n.post(t, rd(id, key, 1024))
+	}
+	n.qp.Pump(0)
+	if ps := n.out.take(); len(ps) != 4 {
+		t.Errorf("no READ window: %d READs went, want 4", len(ps))
+	}
+
+	n = single(t, Caps{}, o)
+	_, key = n.buf(DefaultReadWindow, 0x10000, 1)
+	for id := uint64(1); id <= 3; id++ {
+		n.post(t, rd(id, key, DefaultReadWindow/2))
+	}
+	n.qp.Pump(0)
+	if ps := n.out.take(); len(ps) != 2 {
+		t.Errorf("default READ window: %d READs of half of it went, want 2", len(ps))
+	}
+}

@@ -109,6 +109,13 @@ type Config struct {
 	// through before it acknowledges the missing packet. The A bit is
 	// asked for every quarter window, so that ACKs keep it moving.
 	SendWindow int
+	// ReadWindow bounds the bytes of RDMA READ responses an RC QP has
+	// asked for and not yet received, one READ always allowed: 0 is
+	// qp.DefaultReadWindow (1 MiB), a negative value leaves only
+	// max_rd_atomic as a bound. A software receiver cannot take the
+	// responses to 128 large READs at once at the rate a responder
+	// sends them, and go-back-N asks for all of them again after a loss.
+	ReadWindow int
 	// KeepPastGap makes an RC responder keep the SEND and WRITE requests
 	// that arrive after a lost one (up to 64 PSNs past it) and execute
 	// them once the lost one arrives, as mlx5's out-of-order data

@@ -348,6 +348,7 @@ func (pd *PD) CreateQP(init QPInit) (*QP, error) {
 		InfiniteRetry7: init.InfiniteRetry7,
 		PortMTU:        d.attr.ActiveMTU,
 		SendWindow:     d.cfg.SendWindow,
+		ReadWindow:     d.cfg.ReadWindow,
 		CNP:            d.cfg.Marking.cnp(d.cfg.DCQCN),
 		LineRate:       d.linkBps,
 		BatchAcks:      true, // the engine pumps its busy QPs after every batch

@@ -53,6 +53,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	queues := fs.Int("queues", 0, "serve receive queues 0 to N-1 only (0: all)")
 	batch := fs.Int("batch", 0, "frames per link call of the engines (0: the default, 16)")
 	keep := fs.Bool("keep-past-gap", false, "RC responders keep the requests that follow a lost one and execute them once it arrives (not the IBTA's rule)")
+	readWin := fs.Int("read-window", 0, "bytes of RDMA READ responses an RC QP may have outstanding, one READ always (0: 1 MiB, -1: only max_rd_atomic bounds them)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	spin := fs.Duration("poll-spin", daemon.DefaultSpin, "how long idle rings and queues are polled before the daemon sleeps")
 	var cong app.CongestionFlags
@@ -66,7 +67,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	devCfg := stack.Config{Interface: *iface, XDPMode: *xdpMode, XDPBind: *xdpBind, BusyPoll: *busy, Queues: *queues, Name: *name,
-		IdleSpin: *spin, SocketBusyPoll: *sockBusy, Batch: *batch, KeepPastGap: *keep}
+		IdleSpin: *spin, SocketBusyPoll: *sockBusy, Batch: *batch, KeepPastGap: *keep, ReadWindow: *readWin}
 	if *batch < 0 {
 		fmt.Fprintf(stderr, "uroce daemon: --batch %d: want a number of frames, or 0 for the default\n", *batch)
 		return 2
