@@ -251,11 +251,13 @@ func (q *QP) canStart(w *sendWQE) bool {
 	if q.creditFor(q.sq.next, w, 0) == creditWait {
 		return false
 	}
-	if isRdAtomic(w.wr.Opcode) && q.attr.MaxRdAtomic > 0 && q.rdOut >= int(q.attr.MaxRdAtomic) {
-		return false
-	}
-	if isRdAtomic(w.wr.Opcode) && q.readWin > 0 && q.rdOut > 0 && q.rd.bytes+rdBytes(w) > q.readWin {
-		return false
+	if isRdAtomic(w.wr.Opcode) {
+		if q.attr.MaxRdAtomic > 0 && q.rdOut >= int(q.attr.MaxRdAtomic) {
+			return false // max_rd_atomic
+		}
+		if q.readWin > 0 && q.rdOut > 0 && q.rd.bytes+rdBytes(w) > q.readWin {
+			return false // the READ window
+		}
 	}
 	if w.wr.Flags&SendFence != 0 && q.rdOut > 0 {
 		return false

@@ -139,8 +139,7 @@ int uv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	else
 		cq_empty(cq, n, &overrun, &yield);
 	pthread_spin_unlock(&cq->lock);
-	if (overrun || yield)
-		cq_after_empty(cq, overrun, yield);
+	cq_after_empty(cq, overrun, yield);
 	return k;
 }
 
@@ -184,8 +183,7 @@ static int uv_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	int overrun = 0, yield = 0;
 	cq_empty(cq, 1, &overrun, &yield);
 	pthread_spin_unlock(&cq->lock);
-	if (overrun || yield)
-		cq_after_empty(cq, overrun, yield);
+	cq_after_empty(cq, overrun, yield);
 	return ENOENT;
 }
 

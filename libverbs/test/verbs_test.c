@@ -1815,6 +1815,20 @@ static int poll_ex(struct ibv_cq_ex *cq, struct wc_ex *out, int n, int chain, co
 }
 
 /*
+ * w is a successful completion of wr_id with opcode op on qp; a
+ * receive's (recv) also of len bytes with immediate imm.
+ */
+static int expect_wc_ex(const struct wc_ex *w, const char *what, uint64_t wr_id, enum ibv_wc_opcode op,
+			const struct ibv_qp *qp, int recv, uint32_t len, uint32_t imm)
+{
+	CHECK(w->status == IBV_WC_SUCCESS && w->wr_id == wr_id && w->opcode == op && w->qp_num == qp->qp_num &&
+		      (!recv || (w->byte_len == len && (w->flags & IBV_WC_WITH_IMM) && w->imm == imm)),
+	      "%s: wr_id %llu status %d opcode %d byte_len %u flags %#x imm %#x qp %#x", what,
+	      (unsigned long long)w->wr_id, w->status, w->opcode, w->byte_len, w->flags, w->imm, w->qp_num);
+	return 0;
+}
+
+/*
  * The extended CQ (ibv_create_cq_ex): a SEND with immediate and a WRITE
  * with immediate, their completions read with ibv_start_poll,
  * ibv_next_poll, ibv_end_poll and the ibv_wc_read_* on both ends, and an
@@ -1844,18 +1858,9 @@ static int case_cq_ex(void)
 		sync_peer(1);
 		if (r)
 			return r;
-		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 71 && wc[0].opcode == IBV_WC_RECV &&
-			      wc[0].byte_len == slen && (wc[0].flags & IBV_WC_WITH_IMM) && wc[0].imm == imm1 &&
-			      wc[0].qp_num == qp->qp_num,
-		      "the SEND's completion: wr_id %llu status %d opcode %d byte_len %u flags %#x imm %#x qp %#x",
-		      (unsigned long long)wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len, wc[0].flags,
-		      wc[0].imm, wc[0].qp_num);
-		CHECK(wc[1].status == IBV_WC_SUCCESS && wc[1].wr_id == 72 && wc[1].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
-			      wc[1].byte_len == wlen && (wc[1].flags & IBV_WC_WITH_IMM) && wc[1].imm == imm2 &&
-			      wc[1].qp_num == qp->qp_num,
-		      "the WRITE's completion: wr_id %llu status %d opcode %d byte_len %u flags %#x imm %#x qp %#x",
-		      (unsigned long long)wc[1].wr_id, wc[1].status, wc[1].opcode, wc[1].byte_len, wc[1].flags,
-		      wc[1].imm, wc[1].qp_num);
+		if (expect_wc_ex(&wc[0], "the SEND's completion", 71, IBV_WC_RECV, qp, 1, slen, imm1) ||
+		    expect_wc_ex(&wc[1], "the WRITE's completion", 72, IBV_WC_RECV_RDMA_WITH_IMM, qp, 1, wlen, imm2))
+			return -1;
 		long i = check_pat(rbuf, slen, 71);
 		CHECK(i < 0, "received byte %ld differs", i);
 		i = check_pat(E.buf + off, wlen, 72);
@@ -1880,14 +1885,9 @@ static int case_cq_ex(void)
 		sync_peer(1);
 		if (r)
 			return r;
-		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 73 && wc[0].opcode == IBV_WC_SEND &&
-			      wc[0].qp_num == qp->qp_num,
-		      "the SEND's completion: wr_id %llu status %d opcode %d qp %#x", (unsigned long long)wc[0].wr_id,
-		      wc[0].status, wc[0].opcode, wc[0].qp_num);
-		CHECK(wc[1].status == IBV_WC_SUCCESS && wc[1].wr_id == 74 && wc[1].opcode == IBV_WC_RDMA_WRITE &&
-			      wc[1].qp_num == qp->qp_num,
-		      "the WRITE's completion: wr_id %llu status %d opcode %d qp %#x", (unsigned long long)wc[1].wr_id,
-		      wc[1].status, wc[1].opcode, wc[1].qp_num);
+		if (expect_wc_ex(&wc[0], "the SEND's completion", 73, IBV_WC_SEND, qp, 0, 0, 0) ||
+		    expect_wc_ex(&wc[1], "the WRITE's completion", 74, IBV_WC_RDMA_WRITE, qp, 0, 0, 0))
+			return -1;
 	}
 	int e = ibv_start_poll(E.cqx, &pa);
 	if (e == 0)
