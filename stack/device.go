@@ -152,6 +152,11 @@ type Config struct {
 	Name string
 	// Limits overrides the default device limits where non-zero.
 	Limits Limits
+	// MulticastFilter makes the link accept the Ethernet addresses of
+	// the groups QPs attach to (QP.AttachMcast); nil for links that
+	// take every frame. Opening an interface sets it to the
+	// interface's multicast list (SIOCADDMULTI).
+	MulticastFilter MulticastFilter
 }
 
 // Limits are device capacities (a subset of ibv_device_attr).
@@ -165,6 +170,11 @@ type Limits struct {
 	MaxSRQWR        int // receives per SRQ
 	MaxQPRdAtom     int // outstanding READ/atomics per QP as responder
 	MaxQPInitRdAtom int // outstanding READ/atomics per QP as requester
+	// Multicast (AttachMcast): groups, QPs per group, attachments in
+	// all, rdma_rxe's limits by default.
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
 }
 
 var defaultLimits = Limits{
@@ -177,6 +187,10 @@ var defaultLimits = Limits{
 	MaxSRQWR:        1 << 15,
 	MaxQPRdAtom:     128,
 	MaxQPInitRdAtom: 128,
+
+	MaxMcastGrp:           8192,
+	MaxMcastQPAttach:      56,
+	MaxTotalMcastQPAttach: 8192 * 56,
 }
 
 // DeviceAttr are a device's and its port's attributes (ibv_device_attr
@@ -238,6 +252,7 @@ type Device struct {
 
 	mrs    mrTable
 	qps    qpTable
+	mcast  mcTable
 	nextPD atomic.Uint32
 
 	closed     atomic.Bool
@@ -372,6 +387,9 @@ func mergeLimits(dst *Limits, src Limits) {
 	set(&dst.MaxSRQWR, src.MaxSRQWR)
 	set(&dst.MaxQPRdAtom, src.MaxQPRdAtom)
 	set(&dst.MaxQPInitRdAtom, src.MaxQPInitRdAtom)
+	set(&dst.MaxMcastGrp, src.MaxMcastGrp)
+	set(&dst.MaxMcastQPAttach, src.MaxMcastQPAttach)
+	set(&dst.MaxTotalMcastQPAttach, src.MaxTotalMcastQPAttach)
 }
 
 // pathMTU derives the active path MTU from an IP MTU as rdma_rxe does:
@@ -564,6 +582,9 @@ func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 		return p, fmt.Errorf("flow label %#x: %w", a.FlowLabel, ErrInvalidArg)
 	}
 	mac := a.DMAC
+	if mac == ([6]byte{}) && dst.IsMulticast() {
+		mac = MulticastMAC(dst) // a UD datagram to a group: no neighbour
+	}
 	if mac == ([6]byte{}) {
 		if d.cfg.Neighbors == nil {
 			return p, fmt.Errorf("resolve %v: no neighbour table: %w", dst, ErrNoNeighbor)

@@ -41,6 +41,7 @@ type engine struct {
 	// Owned by the engine goroutine.
 	rx       [][]byte
 	pkt      bth.Packet
+	steered  bool     // input is of frames from the inbox (in)
 	tx       [][]byte // frames ready to transmit: tx[i] is txBufs[i][:len]
 	txBufs   [][]byte
 	txN      int
@@ -274,10 +275,12 @@ func (e *engine) step() bool {
 	if e.in.pending.Load() {
 		work = true
 		frames := e.in.take()
+		e.steered = true
 		for _, f := range frames {
 			e.input(f, now)
 			e.flushIfFull()
 		}
+		e.steered = false
 		e.releaseCur()
 		e.in.recycle(frames)
 	}
@@ -475,11 +478,15 @@ func (e *engine) input(f []byte, now Time) {
 		return
 	}
 	d := e.dev
+	tr := p.Opcode().Transport()
+	if f[0]&1 != 0 && tr == bth.TransportUD && p.BTH().DestQP() == MulticastQPN {
+		e.inputMcast(f, now, e.steered)
+		return
+	}
 	if [6]byte(f[0:6]) != d.mac || !d.ours(p) {
 		e.c.rcvNotOurs++
 		return
 	}
-	tr := p.Opcode().Transport()
 	if tr != bth.TransportRC && tr != bth.TransportUC && tr != bth.TransportUD && tr != bth.TransportCNP {
 		e.c.rcvUnsupported++
 		return

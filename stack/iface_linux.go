@@ -140,6 +140,12 @@ func openInterface(ctx context.Context, cfg *Config) (_ io.Closer, err error) {
 		}
 	}
 
+	if cfg.MulticastFilter == nil {
+		if c.mc, err = newIfaceMulticast(name); err != nil {
+			return nil, err
+		}
+		cfg.MulticastFilter = c.mc
+	}
 	cfg.Links = c.links
 	cfg.MAC = [6]byte(li.mac)
 	cfg.Addrs = addrs
@@ -207,6 +213,7 @@ type ifaceCloser struct {
 	links []Link
 	prog  *bpf.Program
 	nl    *rtnl
+	mc    *ifaceMulticast
 }
 
 // Close implements io.Closer.
@@ -224,6 +231,11 @@ func (c *ifaceCloser) Close() error {
 	}
 	if c.nl != nil {
 		if err := c.nl.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.mc != nil {
+		if err := c.mc.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -741,7 +741,8 @@ func (q *QP) Counters() QPCounters {
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work is dropped
 // without completions; move the QP to ERR and drain its CQs first to get
-// them.
+// them. The QP leaves its multicast groups (where ibv_destroy_qp fails
+// with EBUSY until they are detached).
 func (q *QP) Destroy() error {
 	q.lock()
 	if q.destroyed {
@@ -751,6 +752,7 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.q.Release()
 	q.unlock()
+	q.detachAll()
 	q.dev.qps.remove(q)
 	q.dev.retiredMu.Lock()
 	q.mu.Lock()
