@@ -453,6 +453,19 @@ func (e *engine) releaseCur() {
 	}
 }
 
+// steer hands a copy of frame f to engine o, the owner of its QP.
+func (e *engine) steer(o *engine, f []byte) {
+	e.c.rcvSteered++
+	if !o.in.put(f) {
+		e.c.rcvSteerDrop++
+		return
+	}
+	if o.sleeping.Load() {
+		e.releaseCur() // no system call with a QP's lock held
+		o.link.Wake()
+	}
+}
+
 // input handles one received frame.
 func (e *engine) input(f []byte, now Time) {
 	p := &e.pkt
@@ -480,7 +493,7 @@ func (e *engine) input(f []byte, now Time) {
 	d := e.dev
 	tr := p.Opcode().Transport()
 	if f[0]&1 != 0 && tr == bth.TransportUD && p.BTH().DestQP() == MulticastQPN {
-		e.inputMcast(f, now, e.steered)
+		e.inputMcast(f, now)
 		return
 	}
 	if [6]byte(f[0:6]) != d.mac || !d.ours(p) {
@@ -497,17 +510,8 @@ func (e *engine) input(f []byte, now Time) {
 		return
 	}
 	if owner := q.eng.Load(); owner != e {
-		// The NIC steered the frame to another queue than the QP's:
-		// hand a copy to the QP's engine.
-		e.c.rcvSteered++
-		if !owner.in.put(f) {
-			e.c.rcvSteerDrop++
-			return
-		}
-		if owner.sleeping.Load() {
-			e.releaseCur() // no system call with a QP's lock held
-			owner.link.Wake()
-		}
+		// The NIC steered the frame to another queue than the QP's.
+		e.steer(owner, f)
 		return
 	}
 	if e.cur != q {

@@ -59,13 +59,16 @@ func MulticastMAC(group netip.Addr) [6]byte {
 	return [6]byte{0x33, 0x33, a[12], a[13], a[14], a[15]}
 }
 
-// mcastGID checks that gid names a multicast group (an IPv4 multicast
-// address, in its ::ffff: form or plain, or an IPv6 one) and returns it
-// as the 16-byte GID packets are matched by.
-func mcastGID(gid netip.Addr) ([16]byte, error) {
+// mcastGID checks that the QP is UD and that gid names a multicast
+// group (an IPv4 multicast address, in its ::ffff: form or plain, or an
+// IPv6 one) and returns it as the 16-byte GID packets are matched by.
+func (q *QP) mcastGID(op string, gid netip.Addr) ([16]byte, error) {
+	if q.init.Type != UD {
+		return [16]byte{}, fmt.Errorf("%s: a %v qp: only ud qps join groups: %w", op, q.init.Type, ErrInvalidArg)
+	}
 	a := gid.WithZone("")
 	if !a.IsValid() || !a.Unmap().IsMulticast() {
-		return [16]byte{}, fmt.Errorf("gid %v is not a multicast group: %w", gid, ErrInvalidArg)
+		return [16]byte{}, fmt.Errorf("%s: gid %v is not a multicast group: %w", op, gid, ErrInvalidArg)
 	}
 	return a.As16(), nil
 }
@@ -79,12 +82,9 @@ func mcastGID(gid netip.Addr) ([16]byte, error) {
 // multicast, with ErrNoResources past Limits.MaxMcastGrp,
 // MaxMcastQPAttach or MaxTotalMcastQPAttach (rdma_rxe's errors).
 func (q *QP) AttachMcast(gid netip.Addr) error {
-	g, err := mcastGID(gid)
+	g, err := q.mcastGID("attach mcast", gid)
 	if err != nil {
-		return fmt.Errorf("attach mcast: %w", err)
-	}
-	if q.init.Type != UD {
-		return fmt.Errorf("attach mcast: a %v qp: only ud qps join groups: %w", q.init.Type, ErrInvalidArg)
+		return err
 	}
 	d := q.dev
 	t := &d.mcast
@@ -131,12 +131,9 @@ func (q *QP) AttachMcast(gid netip.Addr) error {
 // DetachMcast detaches the QP from the group gid (ibv_detach_mcast):
 // ErrInvalidArg when it is not attached to it.
 func (q *QP) DetachMcast(gid netip.Addr) error {
-	g, err := mcastGID(gid)
+	g, err := q.mcastGID("detach mcast", gid)
 	if err != nil {
-		return fmt.Errorf("detach mcast: %w", err)
-	}
-	if q.init.Type != UD {
-		return fmt.Errorf("detach mcast: a %v qp: %w", q.init.Type, ErrInvalidArg)
+		return err
 	}
 	if !q.dev.mcast.detach(q, g) {
 		return fmt.Errorf("detach mcast: qp %#x is not attached to %v: %w", q.qpn, gid, ErrInvalidArg)
@@ -162,6 +159,9 @@ func (q *QP) McastGroups() []netip.Addr {
 
 // detachAll detaches a QP being destroyed from every group.
 func (q *QP) detachAll() {
+	if q.init.Type != UD {
+		return
+	}
 	for _, g := range q.McastGroups() {
 		q.dev.mcast.detach(q, g.As16())
 	}
@@ -241,9 +241,9 @@ func (t *mcTable) filterDel(f MulticastFilter, mac [6]byte) {
 
 // inputMcast delivers a UD datagram sent to a multicast group (p, in
 // frame f) to the group's QPs that this engine owns, and, unless the
-// frame came from another engine (steered), hands a copy to each other
-// engine that owns some of them.
-func (e *engine) inputMcast(f []byte, now Time, steered bool) {
+// frame came from another engine (e.steered), hands a copy to each
+// other engine that owns some of them.
+func (e *engine) inputMcast(f []byte, now Time) {
 	p := &e.pkt
 	g := e.dev.mcast.lookup(p.DstIP().As16())
 	if g == nil {
@@ -271,25 +271,12 @@ func (e *engine) inputMcast(f []byte, now Time, steered bool) {
 	if delivered {
 		e.c.rcvdPkts++
 	}
-	if steered || len(e.dev.engines) == 1 {
+	if e.steered || len(e.dev.engines) == 1 {
 		return
 	}
 	for _, o := range e.dev.engines {
-		if o == e {
-			continue
-		}
-		for _, q := range g.qps {
-			if q.eng.Load() != o {
-				continue
-			}
-			e.c.rcvSteered++
-			if !o.in.put(f) {
-				e.c.rcvSteerDrop++
-			} else if o.sleeping.Load() {
-				e.releaseCur() // no system call with a QP's lock held
-				o.link.Wake()
-			}
-			break
+		if o != e && slices.ContainsFunc(g.qps, func(q *QP) bool { return q.eng.Load() == o }) {
+			e.steer(o, f)
 		}
 	}
 }
