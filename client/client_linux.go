@@ -129,7 +129,9 @@ func Open(ctx context.Context, socket string) (*Device, error) {
 		MAC: [6]byte(pa.MAC[:6]),
 		Limits: stack.Limits{MaxQP: int(da.MaxQP), MaxQPWR: int(da.MaxQPWR), MaxSGE: int(da.MaxSGE),
 			MaxInline: int(da.MaxInline), MaxCQE: int(da.MaxCQE), MaxMR: int(da.MaxMR), MaxSRQWR: int(da.MaxSRQWR),
-			MaxQPRdAtom: int(da.MaxQPRdAtom), MaxQPInitRdAtom: int(da.MaxQPInitRdAtom)}}
+			MaxQPRdAtom: int(da.MaxQPRdAtom), MaxQPInitRdAtom: int(da.MaxQPInitRdAtom),
+			MaxMcastGrp: int(da.MaxMcastGrp), MaxMcastQPAttach: int(da.MaxMcastQPAttach),
+			MaxTotalMcastQPAttach: int(da.MaxTotalMcastQPAttach)}}
 	return d, nil
 }
 

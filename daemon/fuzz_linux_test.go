@@ -78,6 +78,18 @@ func FuzzHandle(f *testing.F) {
 		msg(proto.OpBindMW, &proto.BindMW{QP: 5, MW: 3}), msg(proto.OpDeallocPD, &proto.Handle{Handle: 1}),
 		msg(proto.OpDeallocMW, &proto.Handle{Handle: 3}), msg(proto.OpDeallocMW, &proto.Handle{Handle: 3}),
 		msg(proto.OpAllocMW, &proto.AllocMW{PD: 1, Type: 7})))
+	// Multicast: a UD QP attached, twice, to a group and to a unicast
+	// GID, an RC QP attached, the UD QP destroyed while attached, and
+	// the session ending with it attached.
+	mg := [16]byte{10: 0xff, 11: 0xff, 12: 239, 15: 1}
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8}),
+		msg(proto.OpCreateQP, &proto.CreateQP{PD: 1, Type: proto.QPTypeUD, SendCQ: 2, RecvCQ: 2, MaxSendWR: 4, MaxRecvWR: 4}),
+		msg(proto.OpCreateQP, &proto.CreateQP{PD: 1, Type: proto.QPTypeRC, SendCQ: 2, RecvCQ: 2, MaxSendWR: 4, MaxRecvWR: 4}),
+		msg(proto.OpAttachMcast, &proto.McastReq{QP: 3, GID: mg}), msg(proto.OpAttachMcast, &proto.McastReq{QP: 3, GID: mg}),
+		msg(proto.OpAttachMcast, &proto.McastReq{QP: 3, GID: [16]byte{10: 0xff, 11: 0xff, 12: 192}}),
+		msg(proto.OpAttachMcast, &proto.McastReq{QP: 4, GID: mg}), msg(proto.OpDestroyQP, &proto.Handle{Handle: 3}),
+		msg(proto.OpDetachMcast, &proto.McastReq{QP: 3, GID: mg}), msg(proto.OpDetachMcast, &proto.McastReq{QP: 3, GID: mg}),
+		msg(proto.OpAttachMcast, &proto.McastReq{QP: 3, GID: mg}), msg(proto.OpAttachMcast, &proto.McastReq{QP: 1, GID: mg})))
 	f.Add([]byte{})
 
 	la, _ := pipe.New(pipe.Config{MTU: 1500})

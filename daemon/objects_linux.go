@@ -133,6 +133,7 @@ func (ss *session) destroy(o any) error {
 	case *qpObj:
 		return ss.destroyQP(o)
 	case *ahObj:
+		ss.drainUD()
 		return o.ah.Destroy()
 	case *srqObj:
 		ss.dropSRQ(o)
@@ -163,8 +164,24 @@ func (ss *session) destroy(o any) error {
 
 // destroyQP takes the QP off the poller, destroys it (after which no
 // engine touches it) and unmaps its rings.
+// drainUD posts what the send rings of the session's UD QPs hold: work
+// requests posted before an address handle is destroyed name it, and go
+// out with it (mckey destroys its handle right after posting).
+func (ss *session) drainUD() {
+	ss.pollMu.Lock()
+	defer ss.pollMu.Unlock()
+	for _, q := range *ss.qps.Load() {
+		for q.typ == stack.UD && ss.drainSend(q) {
+		}
+	}
+}
+
 func (ss *session) destroyQP(o *qpObj) error {
 	ss.pollMu.Lock()
+	// A UD QP's datagrams in its ring go out before it does (see
+	// stack.QP.Destroy).
+	for o.typ == stack.UD && ss.drainSend(o) {
+	}
 	old := *ss.qps.Load()
 	l := make([]*qpObj, 0, len(old))
 	for _, q := range old {

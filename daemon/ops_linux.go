@@ -124,6 +124,18 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 		proto.Unmarshal(body, &req)
 		return ss.bindMW(&req)
 
+	case proto.OpAttachMcast, proto.OpDetachMcast:
+		var req proto.McastReq
+		proto.Unmarshal(body, &req)
+		o, err := get[*qpObj](ss, req.QP)
+		if err != nil {
+			return nil, -1, err
+		}
+		if h.Op == proto.OpAttachMcast {
+			return nil, -1, o.q.AttachMcast(netip.AddrFrom16(req.GID))
+		}
+		return nil, -1, o.q.DetachMcast(netip.AddrFrom16(req.GID))
+
 	case proto.OpCreateChannel:
 		if err := ss.room(kindChannel); err != nil {
 			return nil, -1, err
@@ -276,6 +288,10 @@ func (ss *session) inUse(o any) error {
 	for _, x := range ss.objs {
 		switch x := x.(type) {
 		case *qpObj:
+			if x == o && len(x.q.McastGroups()) > 0 {
+				// ibv_destroy_qp's EBUSY: detach first.
+				return errnoErr{unix.EBUSY, "the qp is attached to multicast groups"}
+			}
 			if x.sendCQ == o || x.recvCQ == o || x.srq == o || x.pd == o {
 				return errnoErr{unix.EBUSY, "a qp uses it"}
 			}
@@ -557,8 +573,10 @@ func deviceAttr(d *stack.Device) *proto.DeviceAttr {
 		MaxPKeys: uint16(a.MaxPKeys), PhysPortCnt: 1, AtomicCap: 1, FWVer: proto.NameOf("uroce"),
 		// Windows share the regions' keys (stack.PD.AllocMW); type 2
 		// windows are rdma_rxe's type 2B, associated with a QP.
-		MaxMW:          int32(a.MaxMR),
-		DeviceCapFlags: proto.DeviceMemWindow | proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
+		MaxMW:       int32(a.MaxMR),
+		MaxMcastGrp: int32(a.MaxMcastGrp), MaxMcastQPAttach: int32(a.MaxMcastQPAttach),
+		MaxTotalMcastQPAttach: int32(a.MaxTotalMcastQPAttach),
+		DeviceCapFlags:        proto.DeviceMemWindow | proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
 }
 
 func portAttr(d *stack.Device) *proto.PortAttr {

@@ -20,7 +20,7 @@ import (
 
 // Version is the protocol version a client names in Hello. The daemon
 // refuses other versions.
-const Version = 3
+const Version = 4
 
 // MaxMessage bounds a message, header included.
 const MaxMessage = 64 << 10
@@ -90,6 +90,9 @@ const (
 	OpAllocMW
 	OpDeallocMW
 	OpBindMW
+	// Multicast; see SPEC.md's "Multicast".
+	OpAttachMcast
+	OpDetachMcast
 	opEnd
 )
 
@@ -115,6 +118,7 @@ var opNames = map[Op]string{
 	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
 	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpCMInitQPAttr: "cm init qp attr",
 	OpCMEstablish: "cm establish", OpAllocMW: "alloc mw", OpDeallocMW: "dealloc mw", OpBindMW: "bind mw",
+	OpAttachMcast: "attach mcast", OpDetachMcast: "detach mcast",
 	OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
@@ -272,6 +276,11 @@ type DeviceAttr struct {
 	FWVer           Name
 	MaxMW           int32 // memory windows (version 3)
 	Pad2            uint32
+	// Multicast (version 4): groups, QPs per group, attachments in all.
+	MaxMcastGrp           int32
+	MaxMcastQPAttach      int32
+	MaxTotalMcastQPAttach int32
+	Pad3                  uint32
 }
 
 // Device capability flags of DeviceAttr (ibv_device_cap_flags).
@@ -404,6 +413,15 @@ type BindMW struct {
 type BindMWResp struct {
 	RKey uint32
 	Pad  uint32
+}
+
+// McastReq attaches the UD QP to the multicast group GID, or detaches
+// it (ibv_attach_mcast, ibv_detach_mcast). LID is ignored, as on RoCE.
+type McastReq struct {
+	QP  uint32
+	LID uint16
+	Pad uint16
+	GID [16]byte
 }
 
 // ChannelResp answers CreateChannel; the channel's eventfd comes with it.

@@ -18,7 +18,7 @@ func TestBodySizes(t *testing.T) {
 		{CreateCQ{}, 16}, {CreateCQResp{}, 16}, {CreateSRQ{}, 16}, {CreateSRQResp{}, 24},
 		{CreateQP{}, 48}, {CreateQPResp{}, 56}, {AHAttr{}, 36}, {QPAttr{}, 84}, {ModifyQP{}, 92},
 		{QueryQPResp{}, 132}, {CreateAH{}, 44}, {CreateAHResp{}, 12}, {IndexReq{}, 8}, {GIDResp{}, 24},
-		{DeviceAttr{}, 184}, {AllocMW{}, 8}, {AllocMWResp{}, 8}, {BindMW{}, 48}, {BindMWResp{}, 8}, {PortAttr{}, 52},
+		{DeviceAttr{}, 200}, {McastReq{}, 24}, {AllocMW{}, 8}, {AllocMWResp{}, 8}, {BindMW{}, 48}, {BindMWResp{}, 8}, {PortAttr{}, 52},
 		{CMAddr{}, 24}, {CMCreateID{}, 16}, {CMMigrateID{}, 8}, {CMBind{}, 32}, {CMResolve{}, 56},
 		{CMRoute{}, 96}, {CMListen{}, 8}, {CMConnParam{}, 216}, {CMConnect{}, 224}, {CMReject{}, 156},
 		{CMEvent{}, 364}, {CMInitQPAttr{}, 8}, {CMQPAttr{}, 92},

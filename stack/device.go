@@ -549,8 +549,12 @@ func (d *Device) quiesce() {
 // ResolveMAC resolves a peer's IP address to the MAC address packets to
 // it are sent to, as address handles and connected QPs do (the kernel's
 // neighbour table for a device on an interface), bounded by the
-// device's ResolveTimeout and ctx.
+// device's ResolveTimeout and ctx. A multicast group's MAC is its
+// MulticastMAC, with no neighbour asked.
 func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) ([6]byte, error) {
+	if ip.Unmap().IsMulticast() {
+		return MulticastMAC(ip), nil
+	}
 	if d.cfg.Neighbors == nil {
 		return [6]byte{}, fmt.Errorf("resolve %v: no neighbour table: %w", ip, ErrNoNeighbor)
 	}

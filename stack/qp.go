@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/uroce/uroce/bth"
 	"github.com/uroce/uroce/qp"
@@ -744,6 +745,7 @@ func (q *QP) Counters() QPCounters {
 // them. The QP leaves its multicast groups (where ibv_destroy_qp fails
 // with EBUSY until they are detached).
 func (q *QP) Destroy() error {
+	q.sendPostedUD()
 	q.lock()
 	if q.destroyed {
 		q.unlock()
@@ -763,6 +765,32 @@ func (q *QP) Destroy() error {
 	q.dev.quiesce()
 	q.dropUses()
 	return nil
+}
+
+// udFlushLimit bounds how long Destroy waits for a UD QP's posted
+// datagrams to go out.
+const udFlushLimit = 100 * time.Millisecond
+
+// sendPostedUD lets the engine send the datagrams a UD QP has posted
+// before Destroy drops them: an RNIC has sent them by the time a program
+// destroys the QP, and programs count on it (mckey's sender destroys
+// its QP right after posting, unsignaled). A connected QP's requests
+// need their peer's acknowledgements and are flushed, as before.
+func (q *QP) sendPostedUD() {
+	if q.init.Type != UD || q.dev.cfg.Manual {
+		return
+	}
+	deadline := time.Now().Add(udFlushLimit)
+	for {
+		q.lock()
+		busy := !q.destroyed && q.q.Busy()
+		q.unlock()
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		q.kick()
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // placeAtRTR chooses the engine of a connected QP by the pair of QP

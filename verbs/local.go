@@ -315,6 +315,9 @@ func (l *localQP) Destroy() error                           { return l.q.Destroy
 func (l *localQP) PostRecv(wr *RecvWR) error                { return l.q.PostRecv(wr) }
 func (l *localQP) PostRecvBatch(wrs []RecvWR) (int, error)  { return l.q.PostRecvBatch(wrs) }
 
+func (l *localQP) AttachMcast(gid netip.Addr) error { return l.q.AttachMcast(gid) }
+func (l *localQP) DetachMcast(gid netip.Addr) error { return l.q.DetachMcast(gid) }
+
 // BindMW binds the stack window under mw.
 func (l *localQP) BindMW(mw MW, id uint64, flags SendFlags, b MWBind) error {
 	w, ok := StackMW(mw)

@@ -198,5 +198,10 @@ type QP interface {
 	// BindMW binds the type 1 window mw (ibv_bind_mw) with a new
 	// consumer key; see stack.QP.BindMW.
 	BindMW(mw MW, id uint64, flags SendFlags, b MWBind) error
+	// AttachMcast and DetachMcast attach the UD QP to a multicast
+	// group and detach it (ibv_attach_mcast, ibv_detach_mcast); see
+	// stack.QP.AttachMcast.
+	AttachMcast(gid netip.Addr) error
+	DetachMcast(gid netip.Addr) error
 	Destroy() error
 }

@@ -453,21 +453,32 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 	PATH_REC_FIELDS(COPY_FIELD)
 }
 
-/* What uroce does not do. */
+/*
+ * Multicast: the daemon attaches the UD QP to the group. The LID is
+ * ignored, as on RoCE; errno values as rdma_rxe returns them.
+ */
+static int mcast(struct ibv_qp *qp, uint16_t op, const union ibv_gid *gid, uint16_t lid)
+{
+	struct up_mcast_req req = {.qp = ((struct uv_qp *)qp)->handle, .lid = lid};
+	if (!gid)
+		return EINVAL;
+	memcpy(req.gid, gid->raw, sizeof(req.gid));
+	return uv_call(uv_ctx(qp->context), op, &req, sizeof(req), -1, NULL, 0, NULL);
+}
 
 UV_LATEST(ibv_attach_mcast);
 int uv_ibv_attach_mcast_1_1(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, UP_OP_ATTACH_MCAST, gid, lid);
 }
 
 UV_LATEST(ibv_detach_mcast);
 int uv_ibv_detach_mcast_1_1(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, UP_OP_DETACH_MCAST, gid, lid);
 }
+
+/* What uroce does not do. */
 
 int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {

@@ -43,6 +43,9 @@ static void device_attr_from(struct ibv_device_attr *a, const struct up_device_a
 	a->max_srq_wr = d->max_srq_wr;
 	a->max_srq_sge = d->max_srq_sge;
 	a->max_pkeys = d->max_pkeys;
+	a->max_mcast_grp = d->max_mcast_grp;
+	a->max_mcast_qp_attach = d->max_mcast_qp_attach;
+	a->max_total_mcast_qp_attach = d->max_total_mcast_qp_attach;
 	a->local_ca_ack_delay = 15; /* as rdma_rxe reports it */
 	a->phys_port_cnt = d->phys_port_cnt;
 }

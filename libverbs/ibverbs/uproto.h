@@ -16,7 +16,7 @@
 #error "the uroce protocol is little-endian; this mirror reads it in place"
 #endif
 
-#define UP_VERSION 3
+#define UP_VERSION 4
 #define UP_MAX_MESSAGE (64 << 10)
 #define UP_HEADER_LEN 16
 
@@ -67,6 +67,8 @@ enum {
 	UP_OP_ALLOC_MW,
 	UP_OP_DEALLOC_MW,
 	UP_OP_BIND_MW,
+	UP_OP_ATTACH_MCAST,
+	UP_OP_DETACH_MCAST,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -123,6 +125,10 @@ struct up_device_attr {
 	char fw_ver[64];
 	int32_t max_mw; /* version 3 */
 	uint32_t pad2;
+	int32_t max_mcast_grp; /* version 4 */
+	int32_t max_mcast_qp_attach;
+	int32_t max_total_mcast_qp_attach;
+	uint32_t pad3;
 } UP_PACKED;
 
 struct up_port_req {
@@ -195,6 +201,14 @@ struct up_bind_mw {
 	uint64_t length;
 	uint32_t access;
 	uint32_t pad;
+} UP_PACKED;
+
+/* Attaches a UD QP to a multicast group, or detaches it. */
+struct up_mcast_req {
+	uint32_t qp;
+	uint16_t lid;
+	uint16_t pad;
+	uint8_t gid[16];
 } UP_PACKED;
 
 struct up_bind_mw_resp {
@@ -473,7 +487,8 @@ _Static_assert(sizeof(struct up_create_ah) == 44, "CreateAH");
 _Static_assert(sizeof(struct up_create_ah_resp) == 12, "CreateAHResp");
 _Static_assert(sizeof(struct up_index_req) == 8, "IndexReq");
 _Static_assert(sizeof(struct up_gid_resp) == 24, "GIDResp");
-_Static_assert(sizeof(struct up_device_attr) == 184, "DeviceAttr");
+_Static_assert(sizeof(struct up_device_attr) == 200, "DeviceAttr");
+_Static_assert(sizeof(struct up_mcast_req) == 24, "McastReq");
 _Static_assert(sizeof(struct up_alloc_mw) == 8, "AllocMW");
 _Static_assert(sizeof(struct up_alloc_mw_resp) == 8, "AllocMWResp");
 _Static_assert(sizeof(struct up_bind_mw) == 48, "BindMW");
@@ -495,6 +510,8 @@ _Static_assert(offsetof(struct up_device_attr, max_inline) == 100, "DeviceAttr.M
 _Static_assert(offsetof(struct up_device_attr, max_pkeys) == 104, "DeviceAttr.MaxPKeys");
 _Static_assert(offsetof(struct up_device_attr, fw_ver) == 112, "DeviceAttr.FWVer");
 _Static_assert(offsetof(struct up_device_attr, max_mw) == 176, "DeviceAttr.MaxMW");
+_Static_assert(offsetof(struct up_device_attr, max_mcast_grp) == 184, "DeviceAttr.MaxMcastGrp");
+_Static_assert(offsetof(struct up_mcast_req, gid) == 8, "McastReq.GID");
 _Static_assert(offsetof(struct up_port_attr, pkey_tbl_len) == 24, "PortAttr.PKeyTblLen");
 _Static_assert(offsetof(struct up_port_attr, link_layer) == 38, "PortAttr.LinkLayer");
 _Static_assert(offsetof(struct up_port_attr, link_mtu) == 40, "PortAttr.LinkMTU");

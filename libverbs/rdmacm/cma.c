@@ -163,6 +163,8 @@ static void route_set(struct uc_id *u, const struct up_cm_route *r, int path)
 		memcpy(a->addr.ibaddr.sgid.raw, r->sgid, 16);
 	if (!gid_zero(r->dgid))
 		memcpy(a->addr.ibaddr.dgid.raw, r->dgid, 16);
+	if (!gid_zero(r->sgid))
+		u->sgid_index = r->sgid_index;
 	a->addr.ibaddr.pkey = htobe16(0xffff);
 	if (!path)
 		return;
@@ -535,12 +537,17 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 	return create_id(channel, id, context, ps, qpt);
 }
 
+static struct uc_mcast *mcast_take(struct uc_id *u, const struct sockaddr *addr);
+static void mcast_leave(struct uc_id *u, struct uc_mcast *m);
+
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct uc_id *u = uc_id(id);
 	if (!u)
 		return uc_fail(EINVAL);
 	u->magic = UC_DEAD;
+	for (struct uc_mcast *m; (m = mcast_take(u, NULL));)
+		mcast_leave(u, m);
 	/* The daemon's ID goes first: no event of it follows. */
 	daemon_destroy_id(u->dev, u->handle);
 	if (id->event) {
@@ -1407,25 +1414,146 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
 	return "UNKNOWN EVENT";
 }
 
-/* Multicast: not in uroce's CM yet. */
+/*
+ * Multicast. On RoCE a group needs no manager: its GID is the group's
+ * address (::ffff:a.b.c.d for IPv4), its Q_Key RDMA_UDP_QKEY, datagrams
+ * go to QPN 0xFFFFFF. Joining attaches the ID's QP to the group (unless
+ * send-only), as librdmacm does when the join completes, and queues
+ * RDMA_CM_EVENT_MULTICAST_JOIN (MULTICAST_ERROR when the attach fails)
+ * on the ID's channel; leaving detaches it.
+ */
+
+static int mcast_gid(const struct sockaddr *sa, union ibv_gid *g)
+{
+	memset(g, 0, sizeof(*g));
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		if (!IN_MULTICAST(ntohl(in->sin_addr.s_addr)))
+			return -1;
+		g->raw[10] = g->raw[11] = 0xff;
+		memcpy(g->raw + 12, &in->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		if (!IN6_IS_ADDR_MULTICAST(&in6->sin6_addr))
+			return -1;
+		memcpy(g->raw, &in6->sin6_addr, 16);
+		return 0;
+	}
+	return -1;
+}
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+}
+
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
+{
+	struct uc_id *u = uc_id(id);
+	if (!u || !attr || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !attr->addr ||
+	    (attr->comp_mask & ~(RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS)))
+		return uc_fail(EINVAL);
+	uint32_t flags = attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS ? attr->join_flags
+									 : RDMA_MC_JOIN_FLAG_FULLMEMBER;
+	if (flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+		return uc_fail(EINVAL);
+	/* rdma_cm's rules: a UD ID, bound or resolved to the device. */
+	if (id->qp_type != IBV_QPT_UD || !id->route.addr.src_addr.sa_family)
+		return uc_fail(EINVAL);
+	struct uc_mcast *m = calloc(1, sizeof(*m));
+	struct uc_event *e = calloc(1, sizeof(*e));
+	if (!m || !e) {
+		free(m);
+		free(e);
+		return uc_fail(ENOMEM);
+	}
+	if (uc_addr_len(attr->addr) > sizeof(m->addr) || mcast_gid(attr->addr, &m->mgid)) {
+		free(m);
+		free(e);
+		return uc_fail(EINVAL);
+	}
+	memcpy(&m->addr, attr->addr, uc_addr_len(attr->addr));
+	m->context = context;
+	m->send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	int err = 0;
+	if (id->qp && !m->send_only) {
+		err = ibv_attach_mcast(id->qp, &m->mgid, 0);
+		m->attached = err == 0;
+	}
+
+	e->ev.id = id;
+	e->ev.event = err ? RDMA_CM_EVENT_MULTICAST_ERROR : RDMA_CM_EVENT_MULTICAST_JOIN;
+	e->ev.status = -err;
+	e->owner = u;
+	struct rdma_ud_param *p = &e->ev.param.ud;
+	p->private_data = context;
+	p->ah_attr.is_global = 1;
+	p->ah_attr.grh.dgid = m->mgid;
+	p->ah_attr.grh.sgid_index = u->sgid_index;
+	p->ah_attr.grh.hop_limit = 64; /* IPV6_DEFAULT_HOPLIMIT, as rdma_cm's RoCE v2 joins */
+	p->ah_attr.grh.traffic_class = u->tos;
+	p->ah_attr.port_num = id->port_num ? id->port_num : 1;
+	p->qp_num = 0xffffff;
+	p->qkey = RDMA_UDP_QKEY;
+	struct uc_channel *c = channel_of(id->channel);
+	pthread_mutex_lock(&mu);
+	m->next = u->mcast;
+	u->mcast = m;
+	u->reported++;
+	held_put(c, e);
+	pthread_mutex_unlock(&mu);
+	uint64_t one = 1;
+	if (write(c->ch.fd, &one, sizeof(one)) != sizeof(one))
+		uc_debug("channel %u: count not added (%s)", c->handle, strerror(errno));
+	return complete(u);
+}
 
 int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)id, (void)addr, (void)context;
-	return uc_fail(ENOSYS);
+	struct rdma_cm_join_mc_attr_ex a = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS, .addr = addr};
+	return rdma_join_multicast_ex(id, &a, context);
 }
 
-int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
-			   void *context)
+/* Unlinks the ID's group at addr (any, when addr is NULL): NULL when it joined none. */
+static struct uc_mcast *mcast_take(struct uc_id *u, const struct sockaddr *addr)
 {
-	(void)id, (void)mc_join_attr, (void)context;
-	return uc_fail(ENOSYS);
+	pthread_mutex_lock(&mu);
+	struct uc_mcast **p = &u->mcast;
+	while (*p && addr && !same_addr((struct sockaddr *)&(*p)->addr, addr))
+		p = &(*p)->next;
+	struct uc_mcast *m = *p;
+	if (m)
+		*p = m->next;
+	pthread_mutex_unlock(&mu);
+	return m;
+}
+
+static void mcast_leave(struct uc_id *u, struct uc_mcast *m)
+{
+	if (m->attached && u->id.qp) {
+		int e = ibv_detach_mcast(u->id.qp, &m->mgid, 0);
+		if (e)
+			uc_debug("leave multicast: detach: %s", strerror(e));
+	}
+	free(m);
 }
 
 int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id, (void)addr;
-	return uc_fail(ENOSYS);
+	struct uc_id *u = uc_id(id);
+	if (!u || !addr)
+		return uc_fail(EINVAL);
+	struct uc_mcast *m = mcast_take(u, addr);
+	if (!m)
+		return uc_fail(EADDRNOTAVAIL);
+	mcast_leave(u, m);
+	return 0;
 }
 
 /* ECE: kept, as librdmacm keeps it, but nothing carries it. */

@@ -83,7 +83,19 @@ struct uc_id {
 	size_t connect_len;
 	struct ibv_ece local_ece, remote_ece;
 	struct ibv_sa_path_rec path; /* id.route.path_rec */
+	uint32_t sgid_index;	     /* of id.route.addr's source GID */
+	struct uc_mcast *mcast;	     /* the groups joined */
 	struct uc_id *next;
+};
+
+/* A group an ID joined (rdma_join_multicast). */
+struct uc_mcast {
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	void *context;
+	int send_only; /* not attached to the ID's QP */
+	int attached;
+	struct uc_mcast *next;
 };
 
 struct uc_event {

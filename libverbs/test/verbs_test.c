@@ -499,6 +499,10 @@ static int case_query_device(void)
 	      "limits too small for this test: max_qp %d qp_wr %d sge %d cq %d cqe %d mr %d pd %d srq %d srq_wr %d "
 	      "ah %d", a->max_qp, a->max_qp_wr, a->max_sge, a->max_cq, a->max_cqe, a->max_mr, a->max_pd, a->max_srq,
 	      a->max_srq_wr, a->max_ah);
+	CHECK(a->max_mcast_grp >= 1 && a->max_mcast_qp_attach >= 2 &&
+		      a->max_total_mcast_qp_attach >= a->max_mcast_qp_attach,
+	      "multicast limits: max_mcast_grp %d max_mcast_qp_attach %d max_total_mcast_qp_attach %d",
+	      a->max_mcast_grp, a->max_mcast_qp_attach, a->max_total_mcast_qp_attach);
 	CHECK(a->node_guid == ibv_get_device_guid(E.dev), "node_guid %#llx, ibv_get_device_guid %#llx",
 	      (unsigned long long)be64toh(a->node_guid), (unsigned long long)be64toh(ibv_get_device_guid(E.dev)));
 	struct ibv_device_attr_ex x;
@@ -2203,9 +2207,12 @@ static int ud_send(struct ibv_ah *ah, uint32_t qpn, uint32_t qkey, void *addr, u
 	return expect_wc(E.ud_cq, &wc, wr_id, IBV_WC_SEND, "UD send");
 }
 
-/* A datagram from the peer's QP src_qpn to qp, on cq: its GRH, then len bytes of the pattern. */
-static int datagram_check(struct ibv_cq *cq, struct ibv_qp *qp, uint32_t src_qpn, struct ibv_wc *wc, uint64_t wr_id,
-			  const uint8_t *b, uint32_t len, unsigned seed)
+/*
+ * A datagram from the peer's QP src_qpn to qp, on cq: its GRH (to
+ * dgid), then len bytes of the pattern.
+ */
+static int datagram_to(struct ibv_cq *cq, struct ibv_qp *qp, uint32_t src_qpn, struct ibv_wc *wc, uint64_t wr_id,
+		       const uint8_t *b, uint32_t len, unsigned seed, const union ibv_gid *dgid)
 {
 	char s[160];
 	if (poll_one(cq, wc, "datagram"))
@@ -2220,7 +2227,14 @@ static int datagram_check(struct ibv_cq *cq, struct ibv_qp *qp, uint32_t src_qpn
 	if (i >= 0 && check_pat(b + 40, len, 30) < 0)
 		return failf("the datagram sent with the wrong Q_Key was delivered");
 	CHECK(i < 0, "datagram byte %ld differs", i);
-	return check_grh(b, &E.peer_gid, &E.gid);
+	return check_grh(b, &E.peer_gid, dgid);
+}
+
+/* A datagram from the peer's QP src_qpn to qp, sent to this side's GID. */
+static int datagram_check(struct ibv_cq *cq, struct ibv_qp *qp, uint32_t src_qpn, struct ibv_wc *wc, uint64_t wr_id,
+			  const uint8_t *b, uint32_t len, unsigned seed)
+{
+	return datagram_to(cq, qp, src_qpn, wc, wr_id, b, len, seed, &E.gid);
 }
 
 static int ud_recv_check(struct ibv_wc *wc, uint64_t wr_id, const uint8_t *b, uint32_t len, unsigned seed)
@@ -2277,6 +2291,105 @@ static int case_ud(void)
 	sync_peer(1); /* the server replied */
 	if (r == 0)
 		r = ud_recv_check(&wc, 53, rb, len / 2, 32);
+	return r;
+}
+
+/*
+ * Multicast (ibv_attach_mcast): the server attaches a new UD QP to a
+ * group (twice, which is not an error), the client sends one datagram to the
+ * group (QPN 0xFFFFFF), the server receives it and detaches (a second
+ * detach is EINVAL). Each side checks the verbs' errors: an RC QP or a
+ * unicast GID is EINVAL, destroying an attached QP EBUSY. The group is
+ * IPv4 (239.0.2.77) or IPv6 (ff0e::2:77), as the GID in use is.
+ *
+ * rdma_rxe gets a group's datagrams from the kernel's IP input, which
+ * drops those of groups the interface has not joined, and
+ * ibv_attach_mcast does not join it (rdma_join_multicast does): the
+ * server joins an IPv4 group on a socket of its own while it waits.
+ */
+#define MCAST_QPN 0xffffff
+
+static int mcast_errors(const union ibv_gid *mg)
+{
+	int e = ibv_attach_mcast(E.qp[0], mg, 0);
+	CHECK(e == EINVAL, "ibv_attach_mcast of an RC QP: %s, want EINVAL", strerror(e));
+	e = ibv_attach_mcast(E.ud, &E.gid, 0);
+	CHECK(e == EINVAL, "ibv_attach_mcast to a unicast GID: %s, want EINVAL", strerror(e));
+	struct ibv_qp *q = create_qp(IBV_QPT_UD, E.ud_cq, E.ud_cq, NULL, NULL);
+	CHECK(q, "ibv_create_qp (UD): %s", strerror(errno));
+	e = ibv_attach_mcast(q, mg, 0);
+	CHECK(e == 0, "ibv_attach_mcast: %s", strerror(e));
+	e = ibv_destroy_qp(q);
+	CHECK(e == EBUSY, "ibv_destroy_qp of an attached QP: %s, want EBUSY", strerror(e));
+	e = ibv_detach_mcast(q, mg, 0);
+	CHECK(e == 0, "ibv_detach_mcast: %s", strerror(e));
+	e = ibv_destroy_qp(q);
+	CHECK(e == 0, "ibv_destroy_qp after ibv_detach_mcast: %s", strerror(e));
+	return 0;
+}
+
+static int ip_join(const union ibv_gid *mg)
+{
+	if (!gid_is_v4(mg))
+		return -1;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ip_mreq m;
+	memcpy(&m.imr_multiaddr, mg->raw + 12, 4);
+	memcpy(&m.imr_interface, E.gid.raw + 12, 4);
+	if (fd >= 0 && setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)))
+		printf("# IP_ADD_MEMBERSHIP: %s\n", strerror(errno));
+	return fd;
+}
+
+static int case_ud_mcast(void)
+{
+	union ibv_gid mg = {.raw = {0xff, 0x0e, [13] = 2, [15] = 77}};
+	if (gid_is_v4(&E.gid))
+		mg = (union ibv_gid){.raw = {[10] = 0xff, [11] = 0xff, [12] = 239, [13] = 0, [14] = 2, [15] = 77}};
+	uint32_t len = 256;
+	uint8_t *rb = E.buf + 16384;
+	struct ibv_wc wc;
+	int r = mcast_errors(&mg);
+	if (server) {
+		memset(rb, GUARD, 8192);
+		int ipfd = ip_join(&mg);
+		struct ibv_qp *q = create_qp(IBV_QPT_UD, E.ud_cq, E.ud_cq, NULL, NULL);
+		int e = q ? connect_ud(q, 0) : errno;
+		if (!e)
+			e = ibv_attach_mcast(q, &mg, 0);
+		if (!e)
+			e = ibv_attach_mcast(q, &mg, 0);
+		if (e && !r)
+			r = failf("a UD QP attached to a group: %s", strerror(e));
+		if (!e && (e = post_recv(q, rb, 40 + len, E.buf_mr->lkey, 60)) && !r)
+			r = failf("ibv_post_recv (UD): %s", strerror(e));
+		sync_peer(1);
+		sync_peer(1); /* the client sent the datagram */
+		if (!e && !r)
+			r = datagram_to(E.ud_cq, q, (uint32_t)E.peer.ud_qpn, &wc, 60, rb, len, 33, &mg);
+		if (q && (e = ibv_detach_mcast(q, &mg, 0)) && !r)
+			r = failf("ibv_detach_mcast: %s", strerror(e));
+		if (q && (e = ibv_detach_mcast(q, &mg, 0)) != EINVAL && !r)
+			r = failf("ibv_detach_mcast of a group the QP left: %s, want EINVAL", strerror(e));
+		if (q && (e = ibv_destroy_qp(q)) && !r)
+			r = failf("ibv_destroy_qp: %s", strerror(e));
+		if (ipfd >= 0)
+			close(ipfd);
+		return r;
+	}
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1,
+				 .grh = {.dgid = mg, .sgid_index = E.gidx, .hop_limit = 64}};
+	struct ibv_ah *ah = ibv_create_ah(E.pd, &aa);
+	uint8_t *a = E.buf + 32768;
+	fill(a, len, 33);
+	sync_peer(1); /* the server attached */
+	if (!ah && !r)
+		r = failf("ibv_create_ah to a multicast GID: %s", strerror(errno));
+	if (ah && !r)
+		r = ud_send(ah, MCAST_QPN, QKEY, a, len, 61);
+	sync_peer(1);
+	if (ah)
+		ibv_destroy_ah(ah);
 	return r;
 }
 
@@ -3152,6 +3265,7 @@ int main(int argc, char **argv)
 	RUN("rc_atomic_fadd", case_rc_atomic(1));
 	RUN("srq", case_srq());
 	RUN("ud", case_ud());
+	RUN("ud_mcast", case_ud_mcast());
 	RUN("cq_ex", case_cq_ex());
 	RUN("rc_wr_api", case_rc_wr_api());
 	RUN("ud_wr_api", case_ud_wr_api());

@@ -76,7 +76,7 @@ func short(s string) string {
 // TestStockRDMACM: rping (RDMA READ and WRITE over a CM connection,
 // each ping checked; also -q, QPs the program moves itself), ucmatose (two connections, SENDs both ways; with
 // -m, migrated to new channels), cmtime (50 connections at once, a
-// threaded server), udaddy (UD through SIDR), rdma_server
+// threaded server), udaddy (UD through SIDR), mckey (UD multicast), rdma_server
 // and rdma_client (synchronous IDs, rdma_create_ep), rdma_xserver and
 // rdma_xclient (RC, an inline SEND), perftest's -R, a
 // connection to a port nobody listens on, and a listener whose daemon
@@ -85,7 +85,7 @@ func TestStockRDMACM(t *testing.T) {
 	if !haveLib {
 		t.Skip("skipping: " + libErr)
 	}
-	for _, tool := range []string{"rping", "ucmatose", "cmtime", "udaddy", "rdma_server", "rdma_client"} {
+	for _, tool := range []string{"rping", "ucmatose", "cmtime", "udaddy", "mckey", "rdma_server", "rdma_client"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("skipping: %s is not installed (Debian package rdmacm-utils)", tool)
 		}
@@ -180,6 +180,28 @@ func TestStockRDMACM(t *testing.T) {
 			o := r.out.String()
 			if !strings.Contains(o, "data transfers complete") || !strings.Contains(o, "return status 0") {
 				t.Errorf("udaddy: %s", o)
+			}
+		}
+	})
+
+	// UD multicast: mckey's receiver with two IDs, each with a QP, and
+	// its sender, each through its daemon: rdma_resolve_addr to the
+	// group, rdma_join_multicast_ex, the address handle, QPN and Q_Key
+	// of MULTICAST_JOIN, ten SEND_WITH_IMMs to the group, which each of
+	// the receiver's QPs receives, rdma_leave_multicast. stdbuf: a hang
+	// shows what mckey printed.
+	t.Run("mckey", func(t *testing.T) {
+		const group = "239.0.2.78"
+		s, c := n.cmPair(t, []string{"stdbuf", "-oL", "mckey", "-m", group, "-b", addr, "-c", "2"},
+			[]string{"stdbuf", "-oL", "mckey", "-m", group, "-s", "-b", n.IP[1].String()})
+		for _, x := range []struct {
+			r     *run
+			joins int
+		}{{s, 2}, {c, 1}} {
+			o := x.r.out.String()
+			if strings.Count(o, "mckey: joined dgid: ::ffff:"+group+" ") != x.joins ||
+				!strings.Contains(o, "data transfers complete") || strings.Contains(o, "fail") {
+				t.Errorf("mckey: want %d joins and the transfers complete:\n%s", x.joins, o)
 			}
 		}
 	})
