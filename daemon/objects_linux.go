@@ -162,8 +162,6 @@ func (ss *session) destroy(o any) error {
 	return fmt.Errorf("destroy %T", o)
 }
 
-// destroyQP takes the QP off the poller, destroys it (after which no
-// engine touches it) and unmaps its rings.
 // drainUD posts what the send rings of the session's UD QPs hold: work
 // requests posted before an address handle is destroyed name it, and go
 // out with it (mckey destroys its handle right after posting).
@@ -171,17 +169,24 @@ func (ss *session) drainUD() {
 	ss.pollMu.Lock()
 	defer ss.pollMu.Unlock()
 	for _, q := range *ss.qps.Load() {
-		for q.typ == stack.UD && ss.drainSend(q) {
-		}
+		ss.drainSendUD(q)
 	}
 }
 
+// drainSendUD posts what a UD QP's send ring holds, while the QP takes
+// it. Called with pollMu held.
+func (ss *session) drainSendUD(q *qpObj) {
+	for q.typ == stack.UD && ss.drainSend(q) {
+	}
+}
+
+// destroyQP takes the QP off the poller, destroys it (after which no
+// engine touches it) and unmaps its rings.
 func (ss *session) destroyQP(o *qpObj) error {
 	ss.pollMu.Lock()
 	// A UD QP's datagrams in its ring go out before it does (see
 	// stack.QP.Destroy).
-	for o.typ == stack.UD && ss.drainSend(o) {
-	}
+	ss.drainSendUD(o)
 	old := *ss.qps.Load()
 	l := make([]*qpObj, 0, len(old))
 	for _, q := range old {
