@@ -14,8 +14,8 @@ import (
 // sent it, at most one per CNPConfig.MinInterval. The sender's reaction
 // point slows down: with Caps.DCQCN set, a CNP cuts the QP's rate
 // (package dcqcn), and until the rate has recovered to the line rate
-// the QP's request packets (new and resent; not READ responses or
-// ACKs) are paced at it. A paced QP is not Busy while it waits; its
+// the QP's request packets (new and resent) and READ responses are
+// paced at it (not ACKs and atomic responses, which carry no data). A paced QP is not Busy while it waits; its
 // Deadline says when it may send again.
 
 // CNPConfig is how a QP notifies congestion.
@@ -124,8 +124,9 @@ func (q *QP) cnpReceived(now Time) {
 // limited reports whether DCQCN holds the QP below its line rate.
 func (c *ccState) limited() bool { return c.init && c.rp.Limited() }
 
-// paceReady reports whether the pacer lets a request packet go now; when
-// it does not, the QP holds its requests until the time it names.
+// paceReady reports whether the pacer lets a request packet or a READ
+// response go now; when it does not, the QP holds them until the time
+// it names.
 func (q *QP) paceReady(now Time) bool {
 	c := &q.cc
 	if !c.init || !c.rp.Limited() {
@@ -144,8 +145,9 @@ func (q *QP) paceReady(now Time) bool {
 	return true
 }
 
-// paced takes a request packet of n bytes on the wire from the pacer,
-// and counts it toward the reaction point's byte counter.
+// paced takes a request packet or a READ response of n bytes on the
+// wire from the pacer, and counts it toward the reaction point's byte
+// counter.
 func (q *QP) paced(now Time, n int) {
 	c := &q.cc
 	if !c.init || !c.rp.Limited() {
@@ -191,5 +193,6 @@ func (q *QP) Rate() (uint64, bool) {
 }
 
 // wireOverhead is what a request packet carries besides its payload, for
-// the pacer: Ethernet, IPv4, UDP, BTH, ICRC and FCS.
+// the pacer: Ethernet, IPv4, UDP, BTH, ICRC and FCS (a READ response's
+// AETH left out).
 const wireOverhead = 14 + 20 + 8 + bth.BTHLen + bth.ICRCLen + 4

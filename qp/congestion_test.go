@@ -270,13 +270,14 @@ func TestDCQCNAsksEveryPacket(t *testing.T) {
 }
 
 // TestZeroAllocsPaced: a QP that DCQCN holds below its line rate posts,
-// paces, sends and completes without allocating.
+// paces, sends and completes without allocating, and so does a READ
+// whose responder DCQCN holds.
 func TestZeroAllocsPaced(t *testing.T) {
 	mem := &fakeMem{}
 	src := make([]byte, 64<<10)
 	dst := make([]byte, 64<<10)
 	ks := mem.reg(src, 0x100000, AccessLocalWrite)
-	kd := mem.reg(dst, 0x200000, AccessLocalWrite|AccessRemoteWrite)
+	kd := mem.reg(dst, 0x200000, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	sa, sb := &countSink{}, &countSink{}
 	w := newWire(t, RC, MTU4096, mem, sa, sb)
 	p := dcqcn.Defaults()
@@ -306,8 +307,22 @@ func TestZeroAllocsPaced(t *testing.T) {
 	if n := testing.AllocsPerRun(100, round); n != 0 {
 		t.Fatalf("%v allocations per paced WRITE", n)
 	}
+	// READs whose responses b paces.
+	w.b.caps.DCQCN, w.b.caps.LineRate, w.b.cc.on = &p, 10_000_000_000, true
+	w.b.Receive(now, cnpPkt(t))
+	if _, limited := w.b.Rate(); !limited {
+		t.Fatal("responder not limited")
+	}
+	write.Opcode = WRRead
+	round()
+	if n := testing.AllocsPerRun(100, round); n != 0 {
+		t.Fatalf("%v allocations per READ with paced responses", n)
+	}
 	if sa.bad != 0 {
 		t.Fatalf("%d failed completions", sa.bad)
+	}
+	if sent := w.b.Counters().SentPkts; sent < 100*4 {
+		t.Fatalf("responder sent %d packets", sent)
 	}
 }
 
@@ -331,5 +346,87 @@ func TestCNPFlood(t *testing.T) {
 	}
 	if sent, _ := sentBytes(q, n.out, now, now+Time(100*time.Millisecond)); sent == 0 {
 		t.Fatal("nothing sent after the flood")
+	}
+}
+
+// respBytes pumps q every µs from now to end and returns the READ
+// response bytes on the wire, as the pacer counts them, and the PSN
+// after the last response.
+func respBytes(t *testing.T, q *QP, out *recOut, now, end Time) (int, bth.PSN) {
+	sent, next := 0, bth.PSN(0)
+	for ; now < end; now += Time(time.Microsecond) {
+		q.Tick(now)
+		q.Pump(now)
+		for _, p := range out.take() {
+			if op := p.Opcode(); op < bth.OpReadRespFirst || op > bth.OpReadRespOnly {
+				t.Fatalf("%v (PSN %d, %v) sent among READ responses", p.Opcode(), p.BTH().PSN(), describe([]*bth.Packet{p}))
+			}
+			sent += p.PayloadN + wireOverhead
+			next = p.BTH().PSN().Next()
+		}
+	}
+	return sent, next
+}
+
+// TestDCQCNPacesReadResponses: READ responses are data the QP sends, as
+// its requests are: after a CNP they leave at the cut rate, the QP held
+// (not Busy, a Deadline) while the pacer has nothing for them, and an
+// ACK queued behind them waits its turn; before the CNP a READ is
+// answered at once.
+func TestDCQCNPacesReadResponses(t *testing.T) {
+	p := dcqcn.Defaults()
+	p.TimeReset, p.ByteReset = 1_000_000, 0 // no increase within the test
+	o := defaultConn()
+	o.mtu, o.rqPSN = MTU4096, 100
+	n := single(t, Caps{DCQCN: &p, LineRate: 10_000_000_000}, o)
+	q := n.qp
+	_, key := n.buf(8<<20, 0x100000, 1)
+	now := Time(time.Second)
+
+	q.Receive(now, req(t, bth.OpReadRequest, 100, true, nil, reth(0x100000, key, 64<<10)))
+	if sent, next := respBytes(t, q, n.out, now, now+Time(time.Microsecond)); next != 116 || sent != 64<<10+16*wireOverhead {
+		t.Fatalf("unpaced: %d bytes up to PSN %d in 1 µs, want all 16 packets", sent, next)
+	}
+
+	deliver(now, q, []*bth.Packet{cnpPkt(t)})
+	rate, limited := q.Rate()
+	if !limited || rate >= 10_000_000_000 {
+		t.Fatalf("after a CNP: rate %d limited %v", rate, limited)
+	}
+	q.Receive(now, req(t, bth.OpReadRequest, 116, true, nil, reth(0x100000, key, 8<<20)))
+	n.recv(t, 1, 0x100000, 64, key)
+	q.Receive(now, req(t, bth.OpSendOnly, 2164, true, []byte{1}, nil))
+	sent, next := respBytes(t, q, n.out, now, now+Time(time.Millisecond))
+	want := float64(rate)/8*1e-3 + dcqcn.DefaultBurst
+	if got := float64(sent); got < want*0.98 || got > want+4200 {
+		t.Errorf("%d bytes of READ responses in 1 ms at %d bit/s, want %.0f", sent, rate, want)
+	}
+	if next <= 116 || next >= 2164 {
+		t.Fatalf("responses up to PSN %d after 1 ms", next)
+	}
+	if q.Busy() {
+		t.Error("a QP whose READ responses are held is Busy")
+	}
+	if d, ok := q.Deadline(); !ok || d <= now+Time(time.Millisecond)-Time(time.Microsecond) {
+		t.Errorf("held QP: deadline %v %v", d, ok)
+	}
+	// The rest, then the SEND's ACK after the last response.
+	end := now + Time(time.Millisecond)
+	for i := 0; i < 100_000 && q.resp.pending(); i++ {
+		end += Time(time.Microsecond)
+		q.Tick(end)
+		q.Pump(end)
+		ps := n.out.take()
+		if len(ps) > 0 && ps[len(ps)-1].Opcode() == bth.OpAck {
+			if got := ps[len(ps)-1].BTH().PSN(); got != 2164 {
+				t.Fatalf("ACK of PSN %d, want 2164", got)
+			}
+			if len(ps) < 2 || ps[len(ps)-2].Opcode() != bth.OpReadRespLast {
+				t.Fatalf("the ACK is not right after the last READ response: %v", describe(ps))
+			}
+		}
+	}
+	if q.resp.pending() {
+		t.Fatal("responses still queued")
 	}
 }

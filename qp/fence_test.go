@@ -53,7 +53,7 @@ func TestResponderReadRegionGoneMidway(t *testing.T) {
 	n.qp.Receive(0, req(t, bth.OpReadRequest, 13, true, nil, reth(0x40000, key2, 100)))
 	n.out.full = false
 	// One response goes out, then the region goes away.
-	if !n.qp.resp.pending() || !n.qp.sendResp(n.qp.resp.item(n.qp.resp.ihead)) {
+	if !n.qp.resp.pending() || !n.qp.sendResp(0, n.qp.resp.item(n.qp.resp.ihead)) {
 		t.Fatal("first response not sent")
 	}
 	n.gone(key)

@@ -377,20 +377,20 @@ func (q *QP) Receive(now Time, p *bth.Packet) bool {
 	case UD:
 		q.receiveUD(p)
 	}
-	q.flushResp(q.caps.BatchAcks)
+	q.flushResp(now, q.caps.BatchAcks)
 	return true
 }
 
 // SendResponses sends the responses the QP owes now, an ACK that
 // Caps.BatchAcks holds back included (or keeps them for Pump when the
-// Output is full).
-func (q *QP) SendResponses() { q.flushResp(false) }
+// Output is full or the pacer holds a READ response back).
+func (q *QP) SendResponses(now Time) { q.flushResp(now, false) }
 
 // Pump sends what the QP may send now: queued responses first, then
 // requests as far as the send queue, max_rd_atomic, fences and an RNR
 // wait allow. Packets the Output refused are retried here.
 func (q *QP) Pump(now Time) {
-	q.flushResp(false)
+	q.flushResp(now, false)
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}
@@ -441,7 +441,8 @@ func (q *QP) Deadline() (Time, bool) {
 // retransmit.
 func (q *QP) Busy() bool {
 	if q.resp.pending() {
-		return true
+		// A READ response the pacer holds waits for the Deadline.
+		return !q.cc.hold.armed || q.resp.item(q.resp.ihead).kind != rkRead
 	}
 	if (q.state != StateRTS && q.state != StateSQD) || q.rnr.armed || q.cc.hold.armed {
 		return false

@@ -261,17 +261,22 @@ func (q *QP) queueAck(psn bth.PSN, syn bth.Syndrome, msn uint32) {
 // one may replace.
 func (it *respItem) isACK() bool { return it.kind == rkAck && it.syn.Kind() == bth.AckKindACK }
 
-// flushResp sends queued responses until the queue is empty or the
-// Output is full. With hold (Caps.BatchAcks, from Receive), a plain ACK
-// queued last stays for a later one to replace.
-func (q *QP) flushResp(hold bool) {
+// flushResp sends queued responses until the queue is empty, the
+// Output is full or the pacer holds a READ response back (DCQCN: what
+// is queued after it waits with it, the responses going out in PSN
+// order). With hold (Caps.BatchAcks, from Receive), a plain ACK queued
+// last stays for a later one to replace.
+func (q *QP) flushResp(now Time, hold bool) {
 	r := &q.resp
 	for r.pending() {
 		it := r.item(r.ihead)
 		if hold && r.ihead+1 == r.itail && it.isACK() {
 			return
 		}
-		if !q.sendResp(it) {
+		if it.kind == rkRead && !q.paceReady(now) {
+			return
+		}
+		if !q.sendResp(now, it) {
 			return
 		}
 		if it.kind == rkNone {
@@ -282,7 +287,7 @@ func (q *QP) flushResp(hold bool) {
 
 // sendResp sends the next packet of a queued response; a finished item
 // gets kind rkNone.
-func (q *QP) sendResp(it *respItem) bool {
+func (q *QP) sendResp(now Time, it *respItem) bool {
 	var h *bth.Headers
 	var payload []byte
 	switch it.kind {
@@ -320,6 +325,7 @@ func (q *QP) sendResp(it *respItem) bool {
 	}
 	q.ctr.SentPkts++
 	if it.kind == rkRead {
+		q.paced(now, len(payload)+wireOverhead)
 		it.src.va += uint64(len(payload))
 		it.src.dlen -= uint32(len(payload))
 		it.k++

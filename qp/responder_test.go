@@ -570,7 +570,7 @@ func TestBatchAcks(t *testing.T) {
 	// SendResponses sends a held ACK at once.
 	n.recv(t, 9, 0x10000, 4096, key)
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 103, true, []byte{1}, nil))
-	n.qp.SendResponses()
+	n.qp.SendResponses(0)
 	wantAck(t, n.out.take(), 103, bth.ACKSyndrome(0), 4)
 	// A NAK goes out as Receive returns.
 	n.qp.Receive(0, req(t, bth.OpSendOnly, 110, true, []byte{1}, nil))

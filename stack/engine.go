@@ -298,7 +298,7 @@ func (e *engine) step() bool {
 				// a requester waiting for them to open its send window
 				// works meanwhile, instead of the two taking turns.
 				if q := e.cur; q != nil && !q.destroyed {
-					q.q.SendResponses()
+					q.q.SendResponses(now)
 				}
 				e.releaseCur()
 				if e.txN > 0 {

@@ -28,6 +28,10 @@ type IncastOptions struct {
 	// Size of each RDMA WRITE (default 65536) and Window, the WRITEs
 	// each flow keeps in flight (default 8).
 	Size, Window int
+	// Read makes the flows RC READs instead: the receiver's QPs read
+	// from the senders, whose READ responses cross the bottleneck, so
+	// that the senders are DCQCN's reaction points as responders.
+	Read bool
 	// SendWindow is the senders' stack.Config.SendWindow: 0 the stack's
 	// adaptive window, which by itself keeps a flow's unacknowledged
 	// bytes within 256 KiB; -1 no bound but the WRITEs in flight, so
@@ -108,7 +112,8 @@ type IncastRun struct {
 	// (np_ecn_marked_roce_packets) and the CNPs it sent (np_cnp_sent);
 	// CNPHandled the rate cuts at the senders (rp_cnp_handled).
 	Marked, CNPs, CNPHandled uint64
-	// Retransmitted packets and ACK timeouts at the senders; Probes are
+	// Retransmitted packets and ACK timeouts at the requesters (the
+	// senders, or with Options.Read the receiver's QPs); Probes are
 	// the tail-loss probes among the retransmitted packets: the last
 	// packet sent again when no ACK came within the probe timeout, which
 	// a packet delayed in the queue causes as well as a lost one.
@@ -134,14 +139,18 @@ func (r *IncastReport) Write(w io.Writer) {
 	case o.SendWindow > 0:
 		win = fmt.Sprintf("a send window of %d packets", o.SendWindow)
 	}
-	fmt.Fprintf(w, "incast: RC WRITEs of %d bytes, %d in flight per flow, %s, line rate %s, bed MTU %d\n",
-		o.Size, o.Window, win, rate(float64(o.LineRate)), o.MTU)
+	fmt.Fprintf(w, "incast: RC %ss of %d bytes, %d in flight per flow, %s, line rate %s, bed MTU %d\n",
+		o.op(), o.Size, o.Window, win, rate(float64(o.LineRate)), o.MTU)
 	for i := range r.Runs {
 		x := &r.Runs[i]
 		fmt.Fprintln(w)
 		x.Report.WriteText(w)
-		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent, %d frames dropped by its AF_XDP socket; senders: %d rate cuts, %d packets retransmitted (%d of them loss probes), %d ACK timeouts\n",
-			x.Marked, x.CNPs, x.RxDropped, x.CNPHandled, x.Retransmitted, x.Probes, x.Timeouts)
+		who := "senders"
+		if o.Read {
+			who = "requesters (the receiver's QPs)"
+		}
+		fmt.Fprintf(w, "  receiver: %d CE-marked packets, %d CNPs sent, %d frames dropped by its AF_XDP socket; senders: %d rate cuts; %s: %d packets retransmitted (%d of them loss probes), %d ACK timeouts\n",
+			x.Marked, x.CNPs, x.RxDropped, x.CNPHandled, who, x.Retransmitted, x.Probes, x.Timeouts)
 		if o.Join && x.Flows > 1 {
 			if x.Join < 0 {
 				fmt.Fprintf(w, "  a flow starting again did not reach 90%% of its fair share within 1 s\n")
@@ -161,6 +170,14 @@ func (r *IncastReport) Write(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// op names the flows' operation.
+func (o *IncastOptions) op() string {
+	if o.Read {
+		return "READ"
+	}
+	return "WRITE"
 }
 
 func rate(bps float64) string {

@@ -12,7 +12,7 @@ import (
 )
 
 // Incast runs, for each flow count and each of DCQCN on and off, that
-// many RC WRITE flows from their own sender namespaces into one receiver
+// many RC WRITE (or READ) flows from their own sender namespaces into one receiver
 // through the bed's ECN-marking bottleneck, and reports per-flow goodput,
 // fairness, the bottleneck's drops and marks, CNPs and retransmissions.
 func Incast(ctx context.Context, o IncastOptions) (*IncastReport, error) {
@@ -41,11 +41,14 @@ func Incast(ctx context.Context, o IncastOptions) (*IncastReport, error) {
 // incastFlow is one sender's device, QP and counts.
 type incastFlow struct {
 	dev    *stack.Device
-	qp     *stack.QP
-	peer   *stack.QP
+	qp     *stack.QP // the sender's
+	peer   *stack.QP // the receiver's
 	cq     *stack.CQ
+	post   *stack.QP // where the WRs are posted: qp, or peer for READs
+	pcq    *stack.CQ // and where they complete
+	op     string
 	wr     stack.SendWR
-	done   atomic.Uint64 // WRITEs completed
+	done   atomic.Uint64 // WRs completed
 	hold   atomic.Bool   // post nothing new for now (the join phase)
 	failed error
 }
@@ -72,6 +75,10 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	if err != nil {
 		return nil, err
 	}
+	srcAccess, peerWR := stack.AccessLocalWrite, 1
+	if o.Read {
+		srcAccess, peerWR = stack.AccessLocalWrite|stack.AccessRemoteRead, 256
+	}
 	dst := make([]byte, o.Size*n)
 	mrR, err := pdR.RegisterMR(dst, stack.AccessLocalWrite|stack.AccessRemoteWrite)
 	if err != nil {
@@ -89,7 +96,7 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 			return nil, err
 		}
 		defer d.Close()
-		f := &incastFlow{dev: d}
+		f := &incastFlow{dev: d, op: o.op()}
 		flows[i] = f
 		pd, err := d.AllocPD()
 		if err != nil {
@@ -98,14 +105,22 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 		if f.cq, err = d.CreateCQ(1024); err != nil {
 			return nil, err
 		}
-		mr, err := pd.RegisterMR(src, stack.AccessLocalWrite)
+		mr, err := pd.RegisterMR(src, srcAccess)
 		if err != nil {
 			return nil, err
 		}
 		if f.qp, err = pd.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: 256, MaxRecvWR: 1}); err != nil {
 			return nil, err
 		}
-		if f.peer, err = pdR.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: cqR, RecvCQ: cqR, MaxSendWR: 1, MaxRecvWR: 1}); err != nil {
+		f.post, f.pcq = f.qp, f.cq
+		pcq := cqR
+		if o.Read {
+			if pcq, err = recv.CreateCQ(1024); err != nil {
+				return nil, err
+			}
+			f.pcq = pcq
+		}
+		if f.peer, err = pdR.CreateQP(stack.QPInit{Type: stack.RC, SendCQ: pcq, RecvCQ: pcq, MaxSendWR: peerWR, MaxRecvWR: 1}); err != nil {
 			return nil, err
 		}
 		sa, ra := h.Addr.Addr(), rh.Addr.Addr()
@@ -117,6 +132,11 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 		}
 		f.wr = stack.SendWR{Op: stack.OpWrite, Flags: stack.SendSignaled, SG: []stack.SGE{mr.SGE(0, uint32(o.Size))},
 			Remote: stack.RemoteAddr{Addr: mrR.Addr() + uint64(i*o.Size), RKey: mrR.RKey()}}
+		if o.Read {
+			f.post = f.peer
+			f.wr = stack.SendWR{Op: stack.OpRead, Flags: stack.SendSignaled, SG: []stack.SGE{mrR.SGE(uint64(i*o.Size), uint32(o.Size))},
+				Remote: stack.RemoteAddr{Addr: mr.Addr(), RKey: mr.RKey()}}
+		}
 	}
 
 	// Every flow posts Window WRITEs and one more for each that completes,
@@ -142,18 +162,20 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 		wg.Wait()
 		return nil, err
 	}
-	d0, ce0 := make([]uint64, n), make([]uint64, n)
+	d0 := make([]uint64, n)
 	c0 := make([]stack.Counters, n)
+	p0 := make([]stack.QPCounters, n)
 	for i, f := range flows {
-		d0[i], c0[i], ce0[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters().NPECNMarked
+		d0[i], c0[i], p0[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters()
 	}
 	r0 := recv.Counters()
 	start := time.Now()
 	sleep(ctx, o.Duration)
-	d1, ce1 := make([]uint64, n), make([]uint64, n)
+	d1 := make([]uint64, n)
 	c1 := make([]stack.Counters, n)
+	p1 := make([]stack.QPCounters, n)
 	for i, f := range flows {
-		d1[i], c1[i], ce1[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters().NPECNMarked
+		d1[i], c1[i], p1[i] = f.done.Load(), f.dev.Counters(), f.peer.Counters()
 	}
 	r1 := recv.Counters()
 	el := time.Since(start)
@@ -165,10 +187,14 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	for i, f := range flows {
 		c := c1[i]
 		run.Report.Flows = append(run.Report.Flows, incast.Flow{Name: fmt.Sprintf("s%d", i+1), Bytes: (d1[i] - d0[i]) * uint64(o.Size),
-			Packets: c.SentPkts - c0[i].SentPkts, CE: ce1[i] - ce0[i]})
-		run.Retransmitted += c.QP.RetransmittedPkts - c0[i].QP.RetransmittedPkts
-		run.Probes += c.QP.LossProbes - c0[i].QP.LossProbes
-		run.Timeouts += c.QP.LocalAckTimeoutErr - c0[i].QP.LocalAckTimeoutErr
+			Packets: c.SentPkts - c0[i].SentPkts, CE: p1[i].NPECNMarked - p0[i].NPECNMarked})
+		req1, req0 := c.QP, c0[i].QP // the requester's counters
+		if o.Read {
+			req1, req0 = p1[i], p0[i]
+		}
+		run.Retransmitted += req1.RetransmittedPkts - req0.RetransmittedPkts
+		run.Probes += req1.LossProbes - req0.LossProbes
+		run.Timeouts += req1.LocalAckTimeoutErr - req0.LocalAckTimeoutErr
 		run.CNPHandled += c.QP.RPCNPHandled - c0[i].QP.RPCNPHandled
 		if st := f.qp.Status(); st.RateLimited {
 			run.Rates = append(run.Rates, st.Rate)
@@ -196,29 +222,29 @@ func incastRun(ctx context.Context, o *IncastOptions, n int, dcqcnOn bool) (_ *I
 	return run, nil
 }
 
-// drive keeps window WRITEs in flight until stop, then completes them.
+// drive keeps window WRs in flight until stop, then completes them.
 func (f *incastFlow) drive(ctx context.Context, window int, stop *atomic.Bool) error {
 	wcs := make([]stack.WC, 64)
 	var posted, done uint64
 	for ctx.Err() == nil && (!stop.Load() || done < posted) {
 		for !stop.Load() && !f.hold.Load() && posted-done < uint64(window) {
 			f.wr.ID = posted
-			if err := f.qp.PostSend(&f.wr); err != nil {
+			if err := f.post.PostSend(&f.wr); err != nil {
 				return err
 			}
 			posted++
 		}
-		k := f.cq.Poll(wcs)
+		k := f.pcq.Poll(wcs)
 		for _, wc := range wcs[:k] {
 			if wc.Status != stack.WCSuccess {
-				return fmt.Errorf("write %d: %v", wc.ID, wc.Status)
+				return fmt.Errorf("%s %d: %v", f.op, wc.ID, wc.Status)
 			}
 			done++
 			f.done.Add(1)
 		}
 		if k == 0 {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-			f.cq.Wait(wctx)
+			f.pcq.Wait(wctx)
 			cancel()
 		}
 	}

@@ -87,3 +87,38 @@ func TestIncastTailDrop(t *testing.T) {
 		t.Errorf("goodput %.0f", x.Report.Aggregate())
 	}
 }
+
+// TestIncastRead runs two RC READ flows: the receiver's QPs read from
+// the senders, whose READ responses fill the bottleneck. The receiver,
+// as requester, counts the marks and answers them with CNPs to the
+// senders' QPs, which with DCQCN on cut their rates as responders.
+func TestIncastRead(t *testing.T) {
+	netnstest.RequireAFXDP(t)
+	r, err := Incast(context.Background(), IncastOptions{Flows: []int{2}, Bottleneck: 200_000_000, Window: 16, Read: true,
+		Marking: incast.Marking{Kind: incast.Step}, Modes: []bool{true}, Join: true, Duration: 300 * time.Millisecond})
+	if errors.Is(err, incast.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 1 {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	x := r.Runs[0]
+	if x.Report.Aggregate() <= 0 || len(x.Report.Flows) != 2 || x.Report.Queue.Marks == 0 || x.Marked == 0 || x.CNPs == 0 || x.CNPHandled == 0 {
+		t.Errorf("goodput %.0f, %d flows, %d marked by the queue, %d counted, %d CNPs, %d rate cuts",
+			x.Report.Aggregate(), len(x.Report.Flows), x.Report.Queue.Marks, x.Marked, x.CNPs, x.CNPHandled)
+	}
+	for _, f := range x.Report.Flows {
+		if f.Bytes == 0 || f.Packets < f.Bytes/4096 || f.CE == 0 {
+			t.Errorf("flow %s: %d bytes read, %d packets sent by its sender, %d CE-marked", f.Name, f.Bytes, f.Packets, f.CE)
+		}
+	}
+	var out strings.Builder
+	r.Write(&out)
+	if !strings.Contains(out.String(), "RC READs of 65536 bytes") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}
