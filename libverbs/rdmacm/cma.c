@@ -23,6 +23,8 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1420,7 +1422,12 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
  * go to QPN 0xFFFFFF. Joining attaches the ID's QP to the group (unless
  * send-only), as librdmacm does when the join completes, and queues
  * RDMA_CM_EVENT_MULTICAST_JOIN (MULTICAST_ERROR when the attach fails)
- * on the ID's channel; leaving detaches it.
+ * on the ID's channel; leaving detaches it. A full member also joins the
+ * group at the IP level on the interface of the ID's source address, as
+ * rdma_cm does for RoCE v2, so that the host reports its membership
+ * (IGMP, MLD) to the switches and routers that forward multicast only to
+ * members: a socket of the library's holds the membership until the
+ * group is left.
  */
 
 static int mcast_gid(const struct sockaddr *sa, union ibv_gid *g)
@@ -1453,6 +1460,54 @@ static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
 	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
 }
 
+/* The index of the interface that has address a; 0 when none has. */
+static unsigned ifindex_of(const struct sockaddr *a)
+{
+	struct ifaddrs *ifs, *i;
+	unsigned idx = 0;
+	if (getifaddrs(&ifs))
+		return 0;
+	for (i = ifs; i && !idx; i = i->ifa_next)
+		if (i->ifa_addr && same_addr(i->ifa_addr, a))
+			idx = if_nametoindex(i->ifa_name);
+	freeifaddrs(ifs);
+	return idx;
+}
+
+/*
+ * ip_join makes the host a member of group on the interface of src and
+ * returns the socket that holds the membership, or -1 (errno set).
+ */
+static int ip_join(const struct sockaddr *src, const struct sockaddr *group)
+{
+	if (src->sa_family != group->sa_family) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	unsigned idx = ifindex_of(src);
+	int fd = socket(group->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	int r;
+	if (group->sa_family == AF_INET) {
+		struct ip_mreqn mr = {.imr_multiaddr = ((const struct sockaddr_in *)group)->sin_addr,
+				      .imr_address = ((const struct sockaddr_in *)src)->sin_addr,
+				      .imr_ifindex = (int)idx};
+		r = setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof(mr));
+	} else {
+		struct ipv6_mreq mr = {.ipv6mr_multiaddr = ((const struct sockaddr_in6 *)group)->sin6_addr,
+				       .ipv6mr_interface = idx ? idx : ((const struct sockaddr_in6 *)src)->sin6_scope_id};
+		r = setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &mr, sizeof(mr));
+	}
+	if (r) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 {
 	struct uc_id *u = uc_id(id);
@@ -1481,11 +1536,14 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 	memcpy(&m->addr, attr->addr, uc_addr_len(attr->addr));
 	m->context = context;
 	m->send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	m->ipfd = -1;
 	int err = 0;
 	if (id->qp && !m->send_only) {
 		err = ibv_attach_mcast(id->qp, &m->mgid, 0);
 		m->attached = err == 0;
 	}
+	if (!err && !m->send_only && (m->ipfd = ip_join(&id->route.addr.src_addr, attr->addr)) < 0)
+		uc_debug("join multicast: no IP-level membership: %s", strerror(errno));
 
 	e->ev.id = id;
 	e->ev.event = err ? RDMA_CM_EVENT_MULTICAST_ERROR : RDMA_CM_EVENT_MULTICAST_JOIN;
@@ -1541,6 +1599,8 @@ static void mcast_leave(struct uc_id *u, struct uc_mcast *m)
 		if (e)
 			uc_debug("leave multicast: detach: %s", strerror(e));
 	}
+	if (m->ipfd >= 0)
+		close(m->ipfd);
 	free(m);
 }
 

@@ -95,6 +95,7 @@ struct uc_mcast {
 	void *context;
 	int send_only; /* not attached to the ID's QP */
 	int attached;
+	int ipfd; /* the socket holding the IP-level membership, or -1 */
 	struct uc_mcast *next;
 };
 

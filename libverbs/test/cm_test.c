@@ -22,6 +22,11 @@
  *   rejected   REJECTED with the server's reason and private data
  *   sync       a synchronous ID (no channel) to a port nobody listens on:
  *              rdma_connect fails with ECONNREFUSED
+ *   mcast      UD multicast on the client's own device: MULTICAST_JOIN
+ *              with QPN 0xFFFFFF, the host a member of the IPv4 group on
+ *              the interface of the ID's address (/proc/net/igmp) while
+ *              a full member, not when send-only, and no longer once the
+ *              group is left or the ID destroyed
  *
  * and the server its side of connect and rejected. The exit status is 1
  * when a case failed on this end, 2 on a usage or set-up error.
@@ -30,6 +35,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -448,12 +455,160 @@ static int client_sync(const char *ip, int port)
 	return why[0] ? -1 : 0;
 }
 
+/*
+ * igmp_member reports whether /proc/net/igmp lists group g (network
+ * order) on interface ifname: 1 or 0, -1 when it cannot be read.
+ */
+static int igmp_member(uint32_t g, const char *ifname)
+{
+	FILE *f = fopen("/proc/net/igmp", "r");
+	if (!f)
+		return -1;
+	char line[256], dev[64] = "", hex[16];
+	snprintf(hex, sizeof(hex), "%08X", g);
+	int found = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] >= '0' && line[0] <= '9')
+			sscanf(line, "%*d %63s", dev); /* "2\tveth0     : ..." */
+		else if (line[0] == '\t' && strstr(line, hex) && strcmp(dev, ifname) == 0)
+			found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+/* local_to finds the address and interface this host reaches ip from. */
+static int local_to(const char *ip, struct sockaddr_in *sin, char *ifname, size_t n)
+{
+	struct sockaddr_in dst;
+	socklen_t len = sizeof(*sin);
+	set_addr(&dst, ip, 9);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&dst, sizeof(dst)) || getsockname(fd, (struct sockaddr *)sin, &len))
+		return fail("the local address towards %s: %s", ip, strerror(errno));
+	close(fd);
+	sin->sin_port = 0;
+	struct ifaddrs *ifs, *i;
+	if (getifaddrs(&ifs))
+		return fail("getifaddrs: %s", strerror(errno));
+	ifname[0] = 0;
+	for (i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == sin->sin_addr.s_addr)
+			snprintf(ifname, n, "%s", i->ifa_name);
+	freeifaddrs(ifs);
+	return ifname[0] ? 0 : fail("no interface has the local address");
+}
+
+/* mc_join makes a UD ID on ch bound to src join group (send-only with sendonly). */
+static struct rdma_cm_id *mc_join(struct rdma_event_channel *ch, struct sockaddr_in *src, const char *group,
+				  int sendonly)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in g;
+	set_addr(&g, group, 0);
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_UDP)) {
+		fail("rdma_create_id(RDMA_PS_UDP): %s", strerror(errno));
+		return NULL;
+	}
+	struct rdma_cm_event *ev;
+	if (rdma_resolve_addr(id, (struct sockaddr *)src, (struct sockaddr *)&g, 2000)) {
+		fail("rdma_resolve_addr to %s: %s", group, strerror(errno));
+		goto err;
+	}
+	if (!(ev = next(ch, RDMA_CM_EVENT_ADDR_RESOLVED)))
+		goto err;
+	rdma_ack_cm_event(ev);
+	struct ibv_qp_init_attr attr = {.qp_type = IBV_QPT_UD, .sq_sig_all = 1};
+	attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+	if (rdma_create_qp(id, NULL, &attr)) {
+		fail("rdma_create_qp(UD): %s", strerror(errno));
+		goto err;
+	}
+	struct rdma_cm_join_mc_attr_ex ja = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+					     .join_flags = sendonly ? RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+								    : RDMA_MC_JOIN_FLAG_FULLMEMBER,
+					     .addr = (struct sockaddr *)&g};
+	if (rdma_join_multicast_ex(id, &ja, id)) {
+		fail("rdma_join_multicast_ex %s: %s", group, strerror(errno));
+		goto err;
+	}
+	if (!(ev = next(ch, RDMA_CM_EVENT_MULTICAST_JOIN)))
+		goto err;
+	if (ev->param.ud.qp_num != 0xffffff || ev->param.ud.private_data != id)
+		fail("MULTICAST_JOIN: QPN %#x, context %p", ev->param.ud.qp_num, ev->param.ud.private_data);
+	rdma_ack_cm_event(ev);
+	return id;
+err:
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	return NULL;
+}
+
+static void mc_destroy(struct rdma_cm_id *id)
+{
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
+static int client_mcast(const char *ip)
+{
+	struct sockaddr_in src, g;
+	char ifname[IF_NAMESIZE + 1];
+	if (local_to(ip, &src, ifname, sizeof(ifname)))
+		return -1;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch)
+		return fail("rdma_create_event_channel: %s", strerror(errno));
+	const char *full = "239.0.2.81", *sendonly = "239.0.2.82";
+	set_addr(&g, full, 0);
+	uint32_t gf = g.sin_addr.s_addr;
+	set_addr(&g, sendonly, 0);
+	uint32_t gs = g.sin_addr.s_addr;
+	struct rdma_cm_id *a = NULL, *b = NULL;
+	if (igmp_member(gf, ifname) != 0) {
+		fail("%s on %s before the join (or /proc/net/igmp unreadable)", full, ifname);
+		goto out;
+	}
+	if (!(a = mc_join(ch, &src, full, 0)) || !(b = mc_join(ch, &src, sendonly, 1)))
+		goto out;
+	if (igmp_member(gf, ifname) != 1)
+		fail("joined %s: the host is not a member on %s", full, ifname);
+	if (igmp_member(gs, ifname) != 0)
+		fail("a send-only join of %s made the host a member on %s", sendonly, ifname);
+	set_addr(&g, full, 0);
+	if (rdma_leave_multicast(a, (struct sockaddr *)&g))
+		fail("rdma_leave_multicast: %s", strerror(errno));
+	if (igmp_member(gf, ifname) != 0)
+		fail("left %s: the host is still a member on %s", full, ifname);
+	mc_destroy(a);
+	/* An ID destroyed without leaving leaves. */
+	if (!(a = mc_join(ch, &src, full, 0)))
+		goto out;
+	if (igmp_member(gf, ifname) != 1)
+		fail("joined %s again: the host is not a member on %s", full, ifname);
+	mc_destroy(a);
+	a = NULL;
+	if (igmp_member(gf, ifname) != 0)
+		fail("destroyed the ID: the host is still a member of %s on %s", full, ifname);
+out:
+	if (a)
+		mc_destroy(a);
+	if (b)
+		mc_destroy(b);
+	rdma_destroy_event_channel(ch);
+	return why[0] ? -1 : 0;
+}
+
 static int client(const char *ip, int port)
 {
 	report("local", local(ip, port));
 	report("connect", client_connect(ip, port));
 	report("rejected", client_rejected(ip, port));
 	report("sync", client_sync(ip, port + 1));
+	report("mcast", client_mcast(ip));
 	return failed;
 }
 

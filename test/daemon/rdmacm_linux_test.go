@@ -302,7 +302,7 @@ func TestCMTest(t *testing.T) {
 		out   string
 		cases []string
 	}{
-		{"client", cerr, c.out.String(), []string{"local", "connect", "rejected", "sync"}},
+		{"client", cerr, c.out.String(), []string{"local", "connect", "rejected", "sync", "mcast"}},
 		{"server", serr, s.out.String(), []string{"connect", "rejected"}},
 	} {
 		if r.err != nil || strings.Contains(r.out, "FAIL") {
