@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -118,6 +119,8 @@ type CQ struct {
 	mu   sync.Mutex
 	cons uint32
 	wc   proto.WC
+
+	resizeMu sync.Mutex // one Resize at a time
 }
 
 // CreateCQ implements verbs.Device.
@@ -193,20 +196,20 @@ func (c *CQ) Wait(ctx context.Context) error {
 		spin.Relax(i + 1)
 	}
 	for {
-		if c.ring.Overrun() != 0 {
-			return fmt.Errorf("wait cq: %d completions lost: %w", c.ring.Overrun(), stack.ErrCQOverrun)
-		}
 		c.mu.Lock()
-		ready := c.ring.Producer() != c.cons
+		lost, ready := c.ring.Overrun(), c.ring.Producer() != c.cons
 		c.mu.Unlock()
+		if lost != 0 {
+			return fmt.Errorf("wait cq: %d completions lost: %w", lost, stack.ErrCQOverrun)
+		}
 		if ready {
 			return nil
 		}
 		if c.d.gone.Load() {
 			return fmt.Errorf("wait cq: %w", ErrDeviceGone)
 		}
-		c.ring.SetFlags(proto.ArmNext)
 		c.mu.Lock()
+		c.ring.SetFlags(proto.ArmNext)
 		ready = c.ring.Producer() != c.cons
 		c.mu.Unlock()
 		if ready {
@@ -216,6 +219,45 @@ func (c *CQ) Wait(ctx context.Context) error {
 			return fmt.Errorf("wait cq: %w", err)
 		}
 	}
+}
+
+// Resize implements verbs.CQ: the daemon moves the completions waiting
+// to a new ring, at the same indices, which the CQ maps in place of the
+// old one. Poll goes on meanwhile: what it takes from the old ring it
+// does not find again in the new one, which it reads from its consumer
+// index on.
+func (c *CQ) Resize(n int) error {
+	if n < 1 || n > math.MaxInt32 {
+		return fmt.Errorf("resize cq: %d entries: %w", n, stack.ErrInvalidArg)
+	}
+	c.resizeMu.Lock()
+	defer c.resizeMu.Unlock()
+	var r proto.CreateCQResp
+	fd, err := c.d.call(proto.OpResizeCQ, &proto.ResizeCQ{CQ: c.h, CQE: int32(n)}, -1, &r)
+	var mem []byte
+	var ring proto.Ring
+	if err == nil {
+		if mem, err = mapRing(fd, r.RingBytes); err == nil {
+			var ok bool
+			if ring, ok = proto.NewRing(mem, int(r.Slots), proto.WCLen); !ok {
+				unix.Munmap(mem)
+				err = fmt.Errorf("the daemon's ring does not fit its size")
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("resize cq: %w", err)
+	}
+	c.mu.Lock()
+	if f := c.ring.Flags(); f != 0 { // armed after the daemon moved the ring
+		ring.SetFlags(f)
+	}
+	ring.SetConsumer(c.cons) // what Poll took from the old ring meanwhile
+	old := c.mem
+	c.mem, c.ring = mem, ring
+	c.mu.Unlock()
+	unix.Munmap(old)
+	return nil
 }
 
 // Destroy implements verbs.CQ.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -543,5 +545,136 @@ func TestSendQueueFull(t *testing.T) {
 	}
 	if wc := waitN(t, A.cq, 1)[0]; wc.ID != 100 || wc.Status != stack.WCWRFlushErr {
 		t.Fatalf("request posted in ERR: %+v", wc)
+	}
+}
+
+// TestDaemonResizeCQ: ibv_resize_cq through the daemon. The completions
+// waiting move to the new ring in order, the new ring holds more than
+// the old one could, a size below what waits is EINVAL, and a CQ armed
+// before the resize still gets its event after it.
+func TestDaemonResizeCQ(t *testing.T) {
+	p := newPair(t)
+	A := newEnd(t, open(t, p.sa), 1<<16)
+	cq, err := A.dev.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flushed posts n receives to a new QP whose receive CQ is cq and
+	// moves it to ERR: n flush completions are in cq when it returns.
+	flushed := func(id0, n int) {
+		t.Helper()
+		q, err := A.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: A.cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 16, MaxRecvSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ToInit(stack.InitAttr{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if err := q.PostRecv(&stack.RecvWR{ID: uint64(id0 + i), SG: []stack.SGE{A.mr.SGE(0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.ToErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed(1, 4)
+	wcs := make([]stack.WC, 32)
+	if n := cq.Poll(wcs[:1]); n != 1 || wcs[0].ID != 1 {
+		t.Fatalf("poll: %d %+v", n, wcs[:n])
+	}
+	if err := cq.Resize(2); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("resize to 2 with 3 waiting: %v, want EINVAL", err)
+	}
+	if err := cq.Resize(1 << 30); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("resize past max_cqe: %v, want EINVAL", err)
+	}
+	if err := cq.Resize(16); err != nil {
+		t.Fatal(err)
+	}
+	flushed(10, 10) // 13 waiting: more than the old ring's 4
+	got := waitN(t, cq, 13)
+	for i, w := range got {
+		want := uint64(2 + i)
+		if i >= 3 {
+			want = uint64(10 + i - 3)
+		}
+		if w.ID != want || w.Status != stack.WCWRFlushErr {
+			t.Fatalf("completion %d: %+v, want ID %d flushed", i, w, want)
+		}
+	}
+	if n := cq.Poll(wcs); n != 0 {
+		t.Fatalf("%d more completions: %+v", n, wcs[:n])
+	}
+
+	// Armed, then resized: the event comes from the new ring.
+	woke := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() { woke <- cq.Wait(ctx) }()
+	time.Sleep(50 * time.Millisecond) // Wait spins 100 µs, then arms and sleeps (correct either way)
+	if err := cq.Resize(64); err != nil {
+		t.Fatal(err)
+	}
+	flushed(30, 1)
+	if err := <-woke; err != nil {
+		t.Fatalf("wait across a resize: %v", err)
+	}
+	if got := waitN(t, cq, 1); got[0].ID != 30 {
+		t.Fatalf("after the resize: %+v", got)
+	}
+
+	// Resizes while another goroutine polls: every completion once, in
+	// order (a resize below what waits is refused and changes nothing).
+	// The poller takes one at a time, slowly, so that completions wait
+	// (and it polls) while a resize is under way; each round waits until
+	// it has taken the last round's, so that the CQ never overruns.
+	const rounds, per = 30, 12
+	seen := make(chan []uint64, 1)
+	stop := make(chan struct{})
+	var taken atomic.Int64
+	go func() {
+		var ids []uint64
+		wcs := make([]stack.WC, 1)
+		for len(ids) < rounds*per {
+			select {
+			case <-stop:
+				seen <- ids
+				return
+			default:
+			}
+			for _, w := range wcs[:cq.Poll(wcs)] {
+				ids = append(ids, w.ID)
+				taken.Add(1)
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		seen <- ids
+	}()
+	for i := 0; i < rounds; i++ {
+		for deadline := time.Now().Add(10 * time.Second); taken.Load() < int64(i*per) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Microsecond)
+		}
+		flushed(1000+i*per, per)
+		if err := cq.Resize([]int{16, 64, 32}[i%3]); err != nil {
+			close(stop)
+			t.Fatalf("resize %d: %v", i, err)
+		}
+	}
+	var ids []uint64
+	select {
+	case ids = <-seen:
+	case <-time.After(20 * time.Second):
+		close(stop)
+		ids = <-seen
+	}
+	if len(ids) != rounds*per {
+		t.Fatalf("%d completions polled during the resizes, want %d", len(ids), rounds*per)
+	}
+	for i, id := range ids {
+		if id != uint64(1000+i) {
+			t.Fatalf("completion %d during the resizes: ID %d, want %d", i, id, 1000+i)
+		}
 	}
 }

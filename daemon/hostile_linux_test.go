@@ -200,6 +200,8 @@ func TestHostileRequests(t *testing.T) {
 		{proto.OpCreateCQ, &proto.CreateCQ{CQE: -1}},
 		{proto.OpCreateCQ, &proto.CreateCQ{CQE: 1 << 30}},
 		{proto.OpCreateCQ, &proto.CreateCQ{CQE: 4, Channel: pd}},
+		{proto.OpResizeCQ, &proto.ResizeCQ{CQ: 999, CQE: 4}},
+		{proto.OpResizeCQ, &proto.ResizeCQ{CQ: pd, CQE: 4}}, // a PD's handle as a CQ's
 		{proto.OpCreateQP, &proto.CreateQP{PD: pd, Type: proto.QPTypeRC, SendCQ: 4242, RecvCQ: 4242}},
 		{proto.OpRegMR, &proto.RegMR{PD: pd, Kind: proto.MemShared, Length: 4096}}, // no memfd
 		{proto.OpRegMR, &proto.RegMR{PD: pd, Kind: 9, Length: 4096}},
@@ -469,5 +471,36 @@ func TestClientThatNeverReads(t *testing.T) {
 			t.Fatal("the session of a client that never read is still there after it left")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHostileResizeCQ: a client whose CQ ring's consumer index lies has
+// its resize refused (EINVAL), and its session goes on; a resize to a
+// size that fits what waits succeeds with a new ring.
+func TestHostileResizeCQ(t *testing.T) {
+	p := newPair(t)
+	r := dialRaw(t, p.sa)
+	r.hello()
+	q := newRawQP(t, r)
+	q.cr.SetConsumer(1000) // 1000 consumed of none produced
+	if e, _, fd := r.call(proto.OpResizeCQ, &proto.ResizeCQ{CQ: q.cq, CQE: 128}); e != unix.EINVAL {
+		t.Errorf("resize with a lying consumer index: %v, want EINVAL", e)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	q.cr.SetConsumer(0)
+	e, b, fd := r.call(proto.OpResizeCQ, &proto.ResizeCQ{CQ: q.cq, CQE: 100})
+	if e != 0 || fd < 0 {
+		t.Fatalf("resize: %v", e)
+	}
+	unix.Close(fd)
+	var cr proto.CreateCQResp
+	proto.Unmarshal(b, &cr)
+	if cr.CQ != q.cq || cr.CQE != 128 || cr.Slots != 128 {
+		t.Errorf("resize to 100: %+v, want 128 slots", cr)
+	}
+	if e, _, _ := r.call(proto.OpDestroyQP, &proto.Handle{Handle: q.qp}); e != 0 {
+		t.Fatalf("the session after the resizes: destroy qp: %v", e)
 	}
 }

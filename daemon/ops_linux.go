@@ -169,6 +169,10 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 		return ss.createCQ(&req)
 	case proto.OpDestroyCQ:
 		return ss.destroyHandle(body, kindCQ)
+	case proto.OpResizeCQ:
+		var req proto.ResizeCQ
+		proto.Unmarshal(body, &req)
+		return ss.resizeCQ(&req)
 
 	case proto.OpCreateSRQ:
 		var req proto.CreateSRQ
@@ -444,6 +448,53 @@ func (ss *session) createCQ(req *proto.CreateCQ) (any, int, error) {
 	}
 	hd, _ := ss.add(kindCQ, &cqObj{cq: cq, ring: r, mem: mem, ch: ch})
 	return &proto.CreateCQResp{CQ: hd, CQE: uint32(slots), Slots: uint32(slots), RingBytes: uint32(size)}, fd, nil
+}
+
+// resizeCQ gives a CQ a new ring (ibv_resize_cq): the completions not
+// yet consumed, the armed state and the counters move to it, at the same
+// indices, and the engines push to it from then on. The client does not
+// consume from the old ring meanwhile (SPEC.md, "Resizing a CQ"), so the
+// consumer index read here is the client's last word on it.
+func (ss *session) resizeCQ(req *proto.ResizeCQ) (any, int, error) {
+	o, err := get[*cqObj](ss, req.CQ)
+	if err != nil {
+		return nil, -1, err
+	}
+	d := ss.srv.cfg.Device
+	if req.CQE < 1 || int(req.CQE) > d.Query().MaxCQE {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("resize cq: %d entries, want 1 to %d", req.CQE, d.Query().MaxCQE)}
+	}
+	slots := proto.Slots(int(req.CQE))
+	size := (proto.RingBytes(slots, proto.WCLen) + 4095) &^ 4095
+	fd, mem, err := newRingMem("uroce-cq", size)
+	if err != nil {
+		return nil, -1, err
+	}
+	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
+	ring.Init()
+	r := o.ring
+	r.mu.Lock()
+	old := r.ring
+	cons := old.Consumer()
+	if waiting := r.prod - cons; waiting > old.Len() || waiting > uint32(slots) {
+		r.mu.Unlock()
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("resize cq: %d completions waiting, more than %d entries", waiting, slots)}
+	}
+	for i := cons; i != r.prod; i++ {
+		copy(ring.Slot(i), old.Slot(i))
+	}
+	ring.SetConsumer(cons)
+	ring.SetProducer(r.pub)
+	ring.SetFlags(old.SwapFlags(0)) // an arm stored in the old ring later is the client's to carry over
+	ring.SetOverrun(old.Overrun())
+	ring.SetEvents(old.Events())
+	r.ring = ring
+	r.mu.Unlock()
+	unix.Munmap(o.mem)
+	o.mem = mem
+	return &proto.CreateCQResp{CQ: req.CQ, CQE: uint32(slots), Slots: uint32(slots), RingBytes: uint32(size)}, fd, nil
 }
 
 func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {

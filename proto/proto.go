@@ -20,7 +20,7 @@ import (
 
 // Version is the protocol version a client names in Hello. The daemon
 // refuses other versions.
-const Version = 4
+const Version = 5
 
 // MaxMessage bounds a message, header included.
 const MaxMessage = 64 << 10
@@ -93,6 +93,8 @@ const (
 	// Multicast; see SPEC.md's "Multicast".
 	OpAttachMcast
 	OpDetachMcast
+	// ibv_resize_cq; see SPEC.md's "Resizing a CQ".
+	OpResizeCQ
 	opEnd
 )
 
@@ -118,7 +120,7 @@ var opNames = map[Op]string{
 	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
 	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpCMInitQPAttr: "cm init qp attr",
 	OpCMEstablish: "cm establish", OpAllocMW: "alloc mw", OpDeallocMW: "dealloc mw", OpBindMW: "bind mw",
-	OpAttachMcast: "attach mcast", OpDetachMcast: "detach mcast",
+	OpAttachMcast: "attach mcast", OpDetachMcast: "detach mcast", OpResizeCQ: "resize cq",
 	OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
@@ -445,6 +447,14 @@ type CreateCQResp struct {
 	CQE       uint32 // completions the CQ holds (>= the CQE asked for)
 	Slots     uint32 // ring slots (a power of two)
 	RingBytes uint32
+}
+
+// ResizeCQ gives a CQ a new ring of at least CQE completions
+// (ibv_resize_cq); the answer is a CreateCQResp with the new ring's
+// memfd.
+type ResizeCQ struct {
+	CQ  uint32
+	CQE int32
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).

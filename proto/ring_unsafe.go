@@ -104,5 +104,10 @@ func (r *Ring) SetRefused(v uint32) { r.u32(OffRefused).Store(v) }
 // ibv_post_send counts against max_send_wr.
 func (r *Ring) Outstanding(prod uint32) uint32 { return prod - r.Retired() - r.Refused() }
 
+// SetOverrun and SetEvents store the CQ counters (a resized CQ's new
+// ring takes them over).
+func (r *Ring) SetOverrun(v uint32) { r.u32(OffOverrun).Store(v) }
+func (r *Ring) SetEvents(v uint32)  { r.u32(OffEvents).Store(v) }
+
 // Overrun returns the completions lost to a full CQ ring.
 func (r *Ring) Overrun() uint32 { return r.u32(OffOverrun).Load() }

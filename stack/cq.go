@@ -161,6 +161,33 @@ func (c *CQ) signal() {
 	}
 }
 
+// Resize gives the CQ room for n completions (ibv_resize_cq), keeping
+// those waiting to be polled. It fails with ErrInvalidArg when n is out
+// of the device's range or below the completions waiting, and for a CQ
+// whose completions go to a sink (the sink's owner resizes its ring).
+func (c *CQ) Resize(n int) error {
+	if n < 1 || n > c.dev.attr.MaxCQE {
+		return fmt.Errorf("resize cq: %d entries, want 1 to %d: %w", n, c.dev.attr.MaxCQE, ErrInvalidArg)
+	}
+	if c.sink != nil {
+		return fmt.Errorf("resize cq: its completions go to a sink: %w", ErrInvalidArg)
+	}
+	ring := make([]WC, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return fmt.Errorf("resize cq: %w", ErrDestroyed)
+	}
+	if c.n > n {
+		return fmt.Errorf("resize cq: %d completions waiting, more than %d entries: %w", c.n, n, ErrInvalidArg)
+	}
+	for i := 0; i < c.n; i++ {
+		ring[i] = c.ring[(c.head+i)%len(c.ring)]
+	}
+	c.ring, c.head = ring, 0
+	return nil
+}
+
 // Err returns ErrCQOverrun (wrapped) once the CQ has lost a completion.
 func (c *CQ) Err() error {
 	c.mu.Lock()

@@ -762,3 +762,54 @@ func TestMultiQueuePlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestCQResize: a resized CQ keeps the completions waiting, in order,
+// and holds as many as it was resized to; it refuses a size below what
+// waits, and one out of the device's range.
+func TestCQResize(t *testing.T) {
+	a, _ := pipe.New(pipe.Config{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 16)
+	for i := 1; i <= 4; i++ {
+		cq.push(&WC{ID: uint64(i)})
+	}
+	if n := cq.Poll(wcs[:2]); n != 2 { // the ring's head is not at slot 0
+		t.Fatalf("poll: %d", n)
+	}
+	cq.push(&WC{ID: 5})
+	if err := cq.Resize(2); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("resize to 2 with 3 waiting: %v", err)
+	}
+	if err := cq.Resize(0); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("resize to 0: %v", err)
+	}
+	if err := cq.Resize(d.Query().MaxCQE + 1); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("resize past max_cqe: %v", err)
+	}
+	if err := cq.Resize(8); err != nil || cq.Cap() != 8 {
+		t.Fatalf("resize to 8: %v, cap %d", err, cq.Cap())
+	}
+	for i := 6; i <= 12; i++ {
+		cq.push(&WC{ID: uint64(i)}) // 3..10 fit, 11 and 12 are lost
+	}
+	n := cq.Poll(wcs)
+	if n != 8 || cq.Overruns() != 2 {
+		t.Fatalf("after resize: %d polled, %d lost; want 8 and 2", n, cq.Overruns())
+	}
+	for i, w := range wcs[:n] {
+		if w.ID != uint64(i+3) {
+			t.Fatalf("completion %d is %d, want %d", i, w.ID, i+3)
+		}
+	}
+	if err := cq.Resize(3); err != nil || cq.Cap() != 3 {
+		t.Fatalf("shrink to 3: %v, cap %d", err, cq.Cap())
+	}
+	cq.Destroy()
+	if err := cq.Resize(4); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("resize of a destroyed cq: %v", err)
+	}
+}

@@ -280,6 +280,7 @@ type localCQ struct{ c *stack.CQ }
 
 func (l *localCQ) Poll(wcs []WC) int              { return l.c.Poll(wcs) }
 func (l *localCQ) Wait(ctx context.Context) error { return l.c.Wait(ctx) }
+func (l *localCQ) Resize(n int) error             { return l.c.Resize(n) }
 func (l *localCQ) Destroy() error                 { return l.c.Destroy() }
 
 type localSRQ struct{ s *stack.SRQ }

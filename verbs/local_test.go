@@ -534,6 +534,7 @@ type (
 
 func (fakeCQ) Poll([]verbs.WC) int           { return 0 }
 func (fakeCQ) Wait(context.Context) error    { return nil }
+func (fakeCQ) Resize(int) error              { return nil }
 func (fakeCQ) Destroy() error                { return nil }
 func (fakeSRQ) PostRecv(*verbs.RecvWR) error { return nil }
 func (fakeSRQ) Destroy() error               { return nil }

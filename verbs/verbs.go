@@ -128,6 +128,9 @@ type CQ interface {
 	// Wait blocks until a completion is ready, the CQ overran, or ctx
 	// is done.
 	Wait(ctx context.Context) error
+	// Resize gives the CQ room for n completions, keeping those
+	// waiting (ibv_resize_cq).
+	Resize(n int) error
 	Destroy() error
 }
 

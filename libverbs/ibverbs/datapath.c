@@ -265,7 +265,9 @@ void uv_fill_cq_ex(struct uv_cq *cq)
 int uv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	pthread_spin_lock(&cq->lock); /* the ring stays while ibv_resize_cq swaps it */
 	uv_store_sc(uv_ring_word(&cq->ring, UP_OFF_FLAGS), solicited_only ? UP_ARM_SOLICITED : UP_ARM_NEXT);
+	pthread_spin_unlock(&cq->lock);
 	return 0;
 }
 

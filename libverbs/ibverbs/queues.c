@@ -220,6 +220,7 @@ static struct uv_cq *create_cq(struct ibv_context *ctx, int cqe, void *cq_contex
 	cq->ring.prod = uv_load(uv_ring_word(&cq->ring, UP_OFF_CONSUMER));
 	cq->ev_seen = uv_load(uv_ring_word(&cq->ring, UP_OFF_EVENTS));
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&cq->resize_mu, NULL);
 	cq->cq.context = ctx;
 	cq->cq.channel = channel;
 	cq->cq.cq_context = cq_context;
@@ -277,11 +278,69 @@ static struct ibv_cq_ex *uv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_
 	return &cq->cqx;
 }
 
+/*
+ * ibv_resize_cq: the daemon moves the completions waiting to a new ring
+ * of at least cqe entries (EINVAL when more wait than that), at the same
+ * indices, and the new ring replaces the old one here. Polls go on
+ * meanwhile: what they take from the old ring is not found again in the
+ * new one, read from the consumer index on. An arm stored meanwhile is
+ * carried over.
+ */
 UV_LATEST(ibv_resize_cq);
-int uv_ibv_resize_cq_1_1(struct ibv_cq *cq, int cqe)
+int uv_ibv_resize_cq_1_1(struct ibv_cq *ibcq, int cqe)
 {
-	(void)cq, (void)cqe;
-	return EOPNOTSUPP;
+	struct uv_cq *cq = (struct uv_cq *)ibcq;
+	struct uv_context *c = uv_ctx(ibcq->context);
+	if (cqe < 1)
+		return EINVAL;
+	pthread_mutex_lock(&cq->resize_mu);
+	struct up_resize_cq req = {.cq = cq->handle, .cqe = cqe};
+	struct up_create_cq_resp r;
+	struct uv_ring ring;
+	void *mem = NULL;
+	int fd = -1;
+	int err = uv_call(c, UP_OP_RESIZE_CQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
+	if (!err) {
+		mem = uv_map_ring(fd, r.ring_bytes);
+		if (!mem) {
+			err = errno;
+		} else if (ring_at(&ring, mem, r.ring_bytes, 0, r.slots, UP_WC_LEN) < 0) {
+			uv_debug("resize cq: the daemon's ring (%u slots in %u bytes) does not map", r.slots, r.ring_bytes);
+			munmap(mem, r.ring_bytes);
+			mem = NULL;
+			err = EPROTO;
+		}
+		if (err)
+			uv_debug("resize cq %u: the daemon moved the completions to a ring this process could not map: %s",
+				 cq->handle, strerror(err));
+	}
+	void *old = NULL;
+	size_t old_len = 0;
+	/* The channel's event scan reads the ring's header under its lock. */
+	if (cq->ch)
+		pthread_mutex_lock(&cq->ch->mu);
+	pthread_spin_lock(&cq->lock);
+	if (!err) {
+		uint32_t armed = uv_load(uv_ring_word(&cq->ring, UP_OFF_FLAGS));
+		if (armed)
+			uv_store_sc(uv_ring_word(&ring, UP_OFF_FLAGS), armed);
+		ring.prod = cq->ring.prod;
+		/* what polls took from the old ring meanwhile */
+		uv_store(uv_ring_word(&ring, UP_OFF_CONSUMER), ring.prod);
+		old = cq->mem;
+		old_len = cq->mem_len;
+		cq->mem = mem;
+		cq->mem_len = r.ring_bytes;
+		cq->ring = ring;
+		ibcq->cqe = (int)r.cqe;
+	}
+	pthread_spin_unlock(&cq->lock);
+	if (cq->ch)
+		pthread_mutex_unlock(&cq->ch->mu);
+	pthread_mutex_unlock(&cq->resize_mu);
+	if (old)
+		munmap(old, old_len);
+	return err;
 }
 
 UV_LATEST(ibv_destroy_cq);
@@ -310,6 +369,7 @@ int uv_ibv_destroy_cq_1_1(struct ibv_cq *ibcq)
 	wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed, cq->async_reported);
 	munmap(cq->mem, cq->mem_len);
 	pthread_spin_destroy(&cq->lock);
+	pthread_mutex_destroy(&cq->resize_mu);
 	free(cq->rqs);
 	free(cq);
 	return 0;

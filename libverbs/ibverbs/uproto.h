@@ -16,7 +16,7 @@
 #error "the uroce protocol is little-endian; this mirror reads it in place"
 #endif
 
-#define UP_VERSION 4
+#define UP_VERSION 5
 #define UP_MAX_MESSAGE (64 << 10)
 #define UP_HEADER_LEN 16
 
@@ -69,6 +69,7 @@ enum {
 	UP_OP_BIND_MW,
 	UP_OP_ATTACH_MCAST,
 	UP_OP_DETACH_MCAST,
+	UP_OP_RESIZE_CQ,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -245,6 +246,11 @@ struct up_create_cq {
 	uint32_t channel;
 	int32_t comp_vector;
 	uint32_t pad;
+} UP_PACKED;
+
+struct up_resize_cq {
+	uint32_t cq;
+	int32_t cqe;
 } UP_PACKED;
 
 struct up_create_cq_resp {
@@ -475,6 +481,7 @@ _Static_assert(sizeof(struct up_reg_mr) == 40, "RegMR");
 _Static_assert(sizeof(struct up_reg_mr_resp) == 16, "RegMRResp");
 _Static_assert(sizeof(struct up_create_cq) == 16, "CreateCQ");
 _Static_assert(sizeof(struct up_create_cq_resp) == 16, "CreateCQResp");
+_Static_assert(sizeof(struct up_resize_cq) == 8, "ResizeCQ");
 _Static_assert(sizeof(struct up_create_srq) == 16, "CreateSRQ");
 _Static_assert(sizeof(struct up_create_srq_resp) == 24, "CreateSRQResp");
 _Static_assert(sizeof(struct up_create_qp) == 48, "CreateQP");

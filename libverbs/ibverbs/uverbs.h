@@ -183,6 +183,7 @@ struct uv_cq {
 	size_t mem_len;
 	struct uv_ring ring; /* prod is our consumer index */
 	pthread_spinlock_t lock;
+	pthread_mutex_t resize_mu; /* one ibv_resize_cq at a time */
 	struct uv_channel *ch;
 	struct uv_cq *ch_next;
 	uint32_t ev_seen;     /* the ring's events counter as last reported */

@@ -962,6 +962,72 @@ out:
 	return 0;
 }
 
+/* flush_into posts n receives (wr_id id0...) to a new QP on cq and moves it to ERR. */
+static struct ibv_qp *flush_into(struct ibv_cq *cq, int n, uint64_t id0)
+{
+	struct ibv_qp *qp = create_qp(IBV_QPT_RC, cq, cq, NULL, NULL);
+	if (!qp) {
+		snprintf(why, sizeof(why), "ibv_create_qp: %s", strerror(errno));
+		return NULL;
+	}
+	struct ibv_qp_attr a = init_attr();
+	int e = modify(qp, IBV_QPS_INIT, INIT_MASK, &a);
+	for (int i = 0; i < n && !e; i++)
+		e = post_recv(qp, E.buf + 1024 * i, 1024, E.buf_mr->lkey, id0 + i);
+	if (!e)
+		e = modify(qp, IBV_QPS_ERR, 0, &a);
+	if (e) {
+		snprintf(why, sizeof(why), "a QP to flush into the CQ: %s", strerror(e));
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+/*
+ * ibv_resize_cq: the completions waiting stay, in order, and the CQ then
+ * holds as many as its new size, more than it held before; a size below
+ * what waits is EINVAL. Flushed receives fill it.
+ */
+static int case_resize_cq(void)
+{
+	struct ibv_cq *cq = ibv_create_cq(E.ctx, 4, NULL, NULL, 0);
+	CHECK(cq, "ibv_create_cq(4): %s", strerror(errno));
+	int before = cq->cqe;
+	CHECK(before >= 4 && before < 13, "ibv_create_cq(4): cqe %d", before);
+	struct ibv_qp *q1 = flush_into(cq, 4, 300);
+	if (!q1)
+		return -1;
+	struct ibv_wc wc;
+	char b[160];
+	if (poll_one(cq, &wc, "the first flushed receive"))
+		return -1;
+	CHECK(wc.wr_id == 300, "first completion: %s, want wr_id 300", wc_str(&wc, b, sizeof(b)));
+	usleep(50000); /* rdma_rxe flushes from a task: the other three are in the CQ by now */
+	int e = ibv_resize_cq(cq, 2);
+	CHECK(e == EINVAL, "ibv_resize_cq to 2 with 3 completions waiting: %d (%s), want EINVAL", e, strerror(e));
+	e = ibv_resize_cq(cq, 32);
+	CHECK(e == 0, "ibv_resize_cq to 32: %s", strerror(e));
+	CHECK(cq->cqe >= 32, "after ibv_resize_cq to 32: cqe %d", cq->cqe);
+	struct ibv_qp *q2 = flush_into(cq, 10, 310);
+	if (!q2)
+		return -1;
+	for (int i = 0; i < 13; i++) {
+		uint64_t want = i < 3 ? 301 + i : 310 + i - 3;
+		if (poll_one(cq, &wc, "a completion after the resize"))
+			return -1;
+		CHECK(wc.wr_id == want && wc.status == IBV_WC_WR_FLUSH_ERR, "completion %d after the resize: %s, want wr_id %llu flushed",
+		      i, wc_str(&wc, b, sizeof(b)), (unsigned long long)want);
+	}
+	if (poll_none(cq, 20, "after the resize"))
+		return -1;
+	e = ibv_resize_cq(cq, 0);
+	CHECK(e == EINVAL, "ibv_resize_cq to 0: %d (%s), want EINVAL", e, strerror(e));
+	int e1 = ibv_destroy_qp(q1), e2 = ibv_destroy_qp(q2), e3 = ibv_destroy_cq(cq);
+	CHECK(!e1 && !e2 && !e3, "teardown: %s %s %s", strerror(e1), strerror(e2), strerror(e3));
+	return 0;
+}
+
 /* Receives posted to a QP that moves to ERR complete with IBV_WC_WR_FLUSH_ERR. */
 static int case_flush(void)
 {
@@ -3216,6 +3282,7 @@ int main(int argc, char **argv)
 	RUN("create_qp_ex", case_create_qp_ex());
 	RUN("modify_qp_rules", case_modify_qp_rules());
 	RUN("flush", case_flush());
+	RUN("resize_cq", case_resize_cq());
 	RUN("recv_queue_full", case_recv_queue_full());
 	RUN("wc_status_str", case_wc_status_str());
 
