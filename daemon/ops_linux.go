@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -324,19 +325,30 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	const known = 0xf | 0x10 | 0x300  // local write, remote write, read, atomic; MW bind; flush global, persistent
+	// local write, remote write, read, atomic; MW bind; on demand; flush global, persistent
+	const known = 0xf | 0x10 | accessOnDemand | 0x300
 	acc := req.Access &^ (0xfff00000) // IBV_ACCESS_OPTIONAL_RANGE: hints that may be dropped
 	if acc&^known != 0 {
 		return nil, -1, errnoErr{unix.EOPNOTSUPP, fmt.Sprintf("reg mr: access flags %#x not supported", acc&^known)}
+	}
+	// On-demand paging (IBV_ACCESS_ON_DEMAND) of process memory: the
+	// daemon reaches the client's pages only when a packet needs them,
+	// as it does for any process memory, so nothing is checked or
+	// counted ahead; the implicit region (address 0, length SIZE_MAX)
+	// is the whole address space.
+	odp := acc&accessOnDemand != 0 && req.Kind == proto.MemProcess
+	implicit := odp && req.Addr == 0 && req.Length == math.MaxUint64
+	o := &mrObj{bytes: int64(req.Length)}
+	if odp {
+		o.bytes = 0
 	}
 	lim := ss.srv.cfg.Limits.MRBytes
 	ss.mu.RLock()
 	used := ss.mrBytes
 	ss.mu.RUnlock()
-	if req.Length > uint64(lim) || used+int64(req.Length) > lim {
+	if !odp && (req.Length > uint64(lim) || used+int64(req.Length) > lim) {
 		return nil, -1, errnoErr{unix.ENOMEM, fmt.Sprintf("reg mr: %d bytes more would pass the limit of %d registered bytes per client", req.Length, lim)}
 	}
-	o := &mrObj{bytes: int64(req.Length)}
 	var mr *stack.MR
 	switch req.Kind {
 	case proto.MemShared:
@@ -354,10 +366,20 @@ func (ss *session) regMR(req *proto.RegMR, fds []int) (any, int, error) {
 			return nil, -1, errnoErr{unix.EPERM, fmt.Sprintf("reg mr: process memory: the daemon cannot reach the client's memory (%v); "+
 				"run the client as the daemon's user or the daemon as root, or register shared memory", ss.procErr)}
 		}
-		if err := readable(ss.procMem, req.Addr, req.Length); err != nil {
-			return nil, -1, err
+		length := req.Length
+		switch {
+		case implicit:
+			length = math.MaxInt64
+		case odp:
+			if length == 0 || req.Addr+length < req.Addr || req.Addr+length > math.MaxInt64 {
+				return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("reg mr: on demand: %d bytes at %#x", length, req.Addr)}
+			}
+		default:
+			if err := readable(ss.procMem, req.Addr, length); err != nil {
+				return nil, -1, err
+			}
 		}
-		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(req.Length), req.IOVA, stack.Access(acc&(accessKept|accessMWBind))); err != nil {
+		if mr, err = pd.pd.RegisterMRBacked(ss.procMem, req.Addr, int(length), req.IOVA, stack.Access(acc&(accessKept|accessMWBind))); err != nil {
 			return nil, -1, err
 		}
 	default:
@@ -655,6 +677,9 @@ func ahAttrTo(a *stack.AHAttr) proto.AHAttr {
 // remote write, read and atomic (0xf), flush global and persistent
 // (IBV_ACCESS_FLUSH_GLOBAL, _PERSISTENT: 0x300).
 const accessKept = 0xf | 0x300
+
+// accessOnDemand is IBV_ACCESS_ON_DEMAND.
+const accessOnDemand = 0x40
 
 // accessMWBind is IBV_ACCESS_MW_BIND, which regions take.
 const accessMWBind = 0x10

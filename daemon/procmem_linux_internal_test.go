@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"io/fs"
+	"math"
 	"net/netip"
 	"os"
 	"strings"
@@ -58,5 +59,67 @@ func TestRegMRProcessRefused(t *testing.T) {
 		if (e == nil) != (c.errno == 0) || (e != nil && errnoOf(e) != c.errno) {
 			t.Errorf("readable(%#x, %d): %v, want errno %d", c.addr, c.n, e, c.errno)
 		}
+	}
+}
+
+// TestRegMROnDemand: IBV_ACCESS_ON_DEMAND regions of process memory are
+// not checked ahead (an address not mapped yet registers; a range that
+// wraps or passes the offsets does not), not counted toward the
+// registered bytes, and the implicit region (address 0, length
+// SIZE_MAX) is the whole address space. (ibv_rc_pingpong -O in
+// test/daemon moves data through one.)
+func TestRegMROnDemand(t *testing.T) {
+	la, _ := pipe.New(pipe.Config{MTU: 1500})
+	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1},
+		Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	lim := DefaultLimits
+	lim.MRBytes = 1 << 20
+	ss := newSession(&Server{cfg: Config{Device: d, Limits: lim}}, nil, 1)
+	if ss.procMem, err = os.OpenFile("/proc/self/mem", os.O_RDWR, 0); err != nil {
+		t.Skip(err)
+	}
+	defer ss.procMem.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := ss.add(kindPD, &pdObj{pd: pd})
+	const odp = accessOnDemand | 1
+	for _, c := range []struct {
+		addr, n uint64
+		access  uint32
+		errno   syscall.Errno
+	}{
+		{8, 4096, odp, 0},               // not mapped: on demand, fine
+		{8, 4096, 1, unix.EFAULT},       // not on demand: refused
+		{1 << 40, 1 << 30, odp, 0},      // past the 1 MiB limit: not counted
+		{1 << 40, 1 << 30, 1, unix.ENOMEM},
+		{^uint64(0) - 10, 100, odp, unix.EINVAL},
+		{1 << 62, 1 << 62, odp, unix.EINVAL},
+		{0, 0, odp, unix.EINVAL},
+	} {
+		_, _, err := ss.regMR(&proto.RegMR{PD: h, Kind: proto.MemProcess, Addr: c.addr, IOVA: c.addr, Length: c.n, Access: c.access}, nil)
+		if errnoOf(err) != c.errno && !(c.errno == 0 && err == nil) {
+			t.Errorf("reg mr %d bytes at %#x, access %#x: %v, want errno %d", c.n, c.addr, c.access, err, c.errno)
+		}
+	}
+	r, _, err := ss.regMR(&proto.RegMR{PD: h, Kind: proto.MemProcess, Addr: 0, IOVA: 0, Length: ^uint64(0), Access: odp}, nil)
+	if err != nil {
+		t.Fatalf("implicit region: %v", err)
+	}
+	mr := r.(*proto.RegMRResp)
+	o, err := get[*mrObj](ss, mr.MR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mr.Addr() != 0 || o.mr.Len() != math.MaxInt64 || o.bytes != 0 {
+		t.Fatalf("implicit region: address %#x, %d bytes, %d counted", o.mr.Addr(), o.mr.Len(), o.bytes)
+	}
+	if ss.mrBytes != 0 {
+		t.Fatalf("on-demand regions counted: %d bytes", ss.mrBytes)
 	}
 }

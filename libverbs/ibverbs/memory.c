@@ -340,6 +340,23 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	return reg_mr(pd, addr, length, iova, access);
 }
 
+/*
+ * verbs_context.advise_mr (ibv_advise_mr): prefetching is advice, and the
+ * daemon reads a client's pages when a packet needs them, so there is
+ * nothing to do beyond the checks rdma-core's providers make.
+ */
+int uv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge)
+{
+	(void)pd;
+	if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || !sg_list || num_sge == 0)
+		return EINVAL;
+	return 0;
+}
+
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
 				 int access)
 {

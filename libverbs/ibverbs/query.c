@@ -80,6 +80,18 @@ int uv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 		return err;
 	x.phys_port_cnt_ex = x.orig_attr.phys_port_cnt;
 	x.device_cap_flags_ex = x.orig_attr.device_cap_flags;
+	/*
+	 * On-demand paging: the daemon reaches a client's pages only when a
+	 * packet needs them, as it does for any process memory, so every
+	 * region may be IBV_ACCESS_ON_DEMAND, the implicit one too.
+	 */
+	x.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	x.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						     IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+						     IBV_ODP_SUPPORT_SRQ_RECV;
+	x.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						     IBV_ODP_SUPPORT_SRQ_RECV;
+	x.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &x, len < sizeof(x) ? len : sizeof(x));
 	if (len > sizeof(x))
 		memset((char *)attr + sizeof(x), 0, len - sizeof(x));

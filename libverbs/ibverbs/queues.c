@@ -929,4 +929,5 @@ void uv_fill_ops(struct uv_context *c)
 	c->vctx.query_device_ex = uv_query_device_ex;
 	c->vctx.create_qp_ex = uv_create_qp_ex;
 	c->vctx.create_cq_ex = uv_create_cq_ex;
+	c->vctx.advise_mr = uv_advise_mr;
 }

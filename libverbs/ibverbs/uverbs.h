@@ -296,6 +296,8 @@ void uv_init_qpx(struct uv_qp *q);
 
 /* query.c */
 int uv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
+int uv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge);
 int uv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
 		       struct ibv_device_attr_ex *attr, size_t len);
 

@@ -14,8 +14,8 @@
  * run the same list of cases in lockstep, each printing `ok NAME` (with
  * an optional `# note`), `FAIL NAME: reason`, or `skip NAME: reason` for
  * what the device says it does not support (only the ibv_wr_* cases,
- * without that API). The exit status is 1 when a case failed on this
- * end, 2 on a usage or set-up error.
+ * without that API, and odp, without on-demand paging). The exit status
+ * is 1 when a case failed on this end, 2 on a usage or set-up error.
  *
  * -m is the path MTU (256 ... 4096; default the port's active MTU), -g
  * the GID index (default the first RoCE v2 GID that holds an IPv4
@@ -2094,6 +2094,103 @@ static int case_rc_read(int iova)
 	return 0;
 }
 
+/*
+ * On-demand paging (IBV_ACCESS_ON_DEMAND), where both devices have it
+ * for RC WRITE and READ: each end registers a fresh anonymous mapping it
+ * never touched; the client WRITEs into the server's and READs it back
+ * into its own, and, where both have implicit regions, WRITEs from a
+ * malloc'ed buffer through the implicit region (the whole address
+ * space, ibv_reg_mr(pd, NULL, SIZE_MAX, ...)).
+ */
+#define ODP_LEN (32 << 10)
+
+static int odp_caps(int *implicit)
+{
+	struct ibv_device_attr_ex x;
+	const uint32_t need = IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
+	*implicit = 0;
+	if (ibv_query_device_ex(E.ctx, NULL, &x) || !(x.odp_caps.general_caps & IBV_ODP_SUPPORT) ||
+	    (x.odp_caps.per_transport_caps.rc_odp_caps & need) != need)
+		return 0;
+	*implicit = !!(x.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
+	return 1;
+}
+
+static int case_odp(void)
+{
+	int impl, have = odp_caps(&impl);
+	uint8_t peer = sync_peer((uint8_t)(have | impl << 1));
+	if (!have || !(peer & 1)) {
+		snprintf(why, sizeof(why), "no on-demand paging for RC WRITE and READ on %s",
+			 have ? "the peer's device" : "this device");
+		return 1;
+	}
+	int implicit = impl && (peer & 2);
+	const int acc = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	uint8_t *m = mmap(NULL, ODP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr = m != MAP_FAILED ? ibv_reg_mr(E.pd, m, ODP_LEN, acc) : NULL;
+	int r = mr ? 0 : failf("ibv_reg_mr of an untouched mapping, on demand: %s", strerror(errno));
+	uint32_t hi = (uint32_t)((uintptr_t)m >> 32), lo = (uint32_t)(uintptr_t)m, rkey = mr ? mr->rkey : 0;
+	sync_u32(&hi);
+	sync_u32(&lo);
+	sync_u32(&rkey);
+	uint64_t raddr = (uint64_t)hi << 32 | lo;
+	if (!sync_peer(mr != NULL) && !r)
+		r = failf("the peer could not register its region");
+	struct ibv_wc wc;
+	if (server) {
+		sync_peer(1); /* the client wrote */
+		long i = r ? -1 : check_pat(m, ODP_LEN, 41);
+		if (i >= 0)
+			r = failf("byte %ld of the region written on demand is %#x", i, m[i]);
+		sync_peer(1); /* the client wrote through its implicit region */
+		i = r || !implicit ? -1 : check_pat(m, ODP_LEN, 42);
+		if (i >= 0)
+			r = failf("byte %ld written through the implicit region is %#x", i, m[i]);
+	} else {
+		if (!r) {
+			fill(E.buf, ODP_LEN, 41);
+			int e = post(E.qp[Q_MAIN], IBV_WR_RDMA_WRITE, E.buf, ODP_LEN, E.buf_mr->lkey, 40, raddr, rkey);
+			r = e ? failf("ibv_post_send (write): %s", strerror(e)) : expect_wc(E.cq, &wc, 40, IBV_WC_RDMA_WRITE, "write");
+		}
+		sync_peer(1);
+		if (!r) {
+			int e = post(E.qp[Q_MAIN], IBV_WR_RDMA_READ, m, ODP_LEN, mr->lkey, 41, raddr, rkey);
+			r = e ? failf("ibv_post_send (read): %s", strerror(e)) : expect_wc(E.cq, &wc, 41, IBV_WC_RDMA_READ, "read");
+			long i = r ? -1 : check_pat(m, ODP_LEN, 41);
+			if (i >= 0)
+				r = failf("byte %ld read into the region on demand is %#x", i, m[i]);
+		}
+		if (!r && implicit) {
+			uint8_t *b = malloc(ODP_LEN);
+			struct ibv_mr *all = b ? ibv_reg_mr(E.pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) : NULL;
+			if (!all) {
+				r = failf("ibv_reg_mr of the implicit region: %s", strerror(errno));
+			} else {
+				fill(b, ODP_LEN, 42);
+				int e = post(E.qp[Q_MAIN], IBV_WR_RDMA_WRITE, b, ODP_LEN, all->lkey, 42, raddr, rkey);
+				r = e ? failf("ibv_post_send (implicit): %s", strerror(e))
+				      : expect_wc(E.cq, &wc, 42, IBV_WC_RDMA_WRITE, "write through the implicit region");
+				e = ibv_dereg_mr(all);
+				if (e && !r)
+					r = failf("ibv_dereg_mr of the implicit region: %s", strerror(e));
+			}
+			free(b);
+		}
+		sync_peer(1);
+	}
+	if (mr) {
+		int e = ibv_dereg_mr(mr);
+		if (e && !r)
+			r = failf("ibv_dereg_mr: %s", strerror(e));
+	}
+	if (m != MAP_FAILED)
+		munmap(m, ODP_LEN);
+	if (!r && !implicit)
+		snprintf(note, sizeof(note), "no implicit region on %s", impl ? "the peer's device" : "this device");
+	return r;
+}
+
 /* Atomics on a u64 of the server's malloc'ed buffer. */
 
 #define ATOM_INIT 0x1122334455667788ull
@@ -3328,6 +3425,7 @@ int main(int argc, char **argv)
 	RUN("rc_write_iova", case_rc_write_iova());
 	RUN("rc_read", case_rc_read(0));
 	RUN("rc_read_iova", case_rc_read(1));
+	RUN("odp", case_odp());
 	RUN("rc_atomic_cas", case_rc_atomic(0));
 	RUN("rc_atomic_fadd", case_rc_atomic(1));
 	RUN("srq", case_srq());

@@ -45,8 +45,8 @@ var (
 )
 
 // TestStockTools runs every pingpong (with and without completion
-// events) and the perftest tools between two daemons, at path MTU 1024
-// and 4096, and checks what both ends report.
+// events, with on-demand paging) and the perftest tools between two
+// daemons, at path MTU 1024 and 4096, and checks what both ends report.
 func TestStockTools(t *testing.T) {
 	if !haveLib {
 		t.Skip("skipping: " + libErr)
@@ -70,6 +70,11 @@ func TestStockTools(t *testing.T) {
 				{"ibv_ud_pingpong", "-e", "-n", "100", "-s", "1"},
 				{"ibv_srq_pingpong", "-n", "100", "-s", "64", "-q", "4"},
 				{"ibv_srq_pingpong", "-e", "-n", "50", "-s", "2000", "-q", "2"},
+				// On-demand paging: -o registers the buffer with
+				// IBV_ACCESS_ON_DEMAND, -O the implicit region, -P
+				// prefetches it with ibv_advise_mr.
+				{"ibv_rc_pingpong", "-o", "-n", "100", "-s", "4096"},
+				{"ibv_rc_pingpong", "-O", "-P", "-n", "100", "-s", "4096"},
 			}
 			for _, args := range pp {
 				args := append([]string{args[0], "-d", "uroce0", "-g", "1", "-c", "-m", m}, args[1:]...)
@@ -108,6 +113,8 @@ func TestStockTools(t *testing.T) {
 				{"ib_read_lat", "-n", "500", "-s", "64"},
 				{"ib_send_lat", "-n", "500", "-s", "64"},
 				{"ib_write_bw", "-n", "200", "-s", "1048576", "-q", "2"},
+				{"ib_write_bw", "--odp", "-n", "500", "-s", "65536"},
+				{"ib_read_bw", "--odp", "-n", "500", "-s", "65536"},
 			}
 			for _, args := range perf {
 				args := append([]string{args[0], "-d", "uroce0", "-x", "1", "-F", "-m", m}, args[1:]...)
