@@ -22,6 +22,7 @@ type Counters struct {
 	RcvAddrErr     uint64 // rcv_addr_err: a connected QP's packet from another peer or to another address
 	RcvSteered     uint64 // rcv_steered: frames handed from one queue's engine to another's
 	RcvSteerDrop   uint64 // rcv_steer_drop: such frames dropped for a full hand-off queue
+	Loopback       uint64 // loopback_pkts: frames the device sent to itself (and multicast copies to its own QPs), not to the link
 	TxEncodeErr    uint64 // tx_encode_err: packets that could not be built
 	CQOverrun      uint64 // cq_overrun: completions lost to full CQs
 	BackingErr     uint64 // backing_err: failed reads and writes of backed regions (the process gone, its memory unmapped)
@@ -59,6 +60,7 @@ func (d *Device) Counters() Counters {
 		c.RcvAddrErr += p.rcvAddrErr.Load()
 		c.RcvSteered += p.rcvSteered.Load()
 		c.RcvSteerDrop += p.rcvSteerDrop.Load()
+		c.Loopback += p.loopback.Load()
 		c.TxEncodeErr += p.txEncodeErr.Load()
 		c.BackingErr += p.backingErr.Load()
 		if x, ok := e.link.(interface{ XDPStats() (xdp.Stats, error) }); ok {
@@ -144,6 +146,7 @@ var deviceCounterFields = []struct {
 	{"rcv_addr_err", func(c *Counters) *uint64 { return &c.RcvAddrErr }},
 	{"rcv_steered", func(c *Counters) *uint64 { return &c.RcvSteered }},
 	{"rcv_steer_drop", func(c *Counters) *uint64 { return &c.RcvSteerDrop }},
+	{"loopback_pkts", func(c *Counters) *uint64 { return &c.Loopback }},
 	{"tx_encode_err", func(c *Counters) *uint64 { return &c.TxEncodeErr }},
 	{"cq_overrun", func(c *Counters) *uint64 { return &c.CQOverrun }},
 	{"backing_err", func(c *Counters) *uint64 { return &c.BackingErr }},

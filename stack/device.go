@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -555,6 +556,9 @@ func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) ([6]byte, error)
 	if ip.Unmap().IsMulticast() {
 		return MulticastMAC(ip), nil
 	}
+	if d.isOwn(ip.Unmap().WithZone("")) {
+		return d.mac, nil
+	}
 	if d.cfg.Neighbors == nil {
 		return [6]byte{}, fmt.Errorf("resolve %v: no neighbour table: %w", ip, ErrNoNeighbor)
 	}
@@ -565,6 +569,17 @@ func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) ([6]byte, error)
 		return m, fmt.Errorf("resolve %v: %w", ip, err)
 	}
 	return m, nil
+}
+
+// isOwn reports whether ip (unmapped, no zone) is one of the device's
+// addresses.
+func (d *Device) isOwn(ip netip.Addr) bool {
+	if ip.Is4() {
+		a := ip.As4()
+		return slices.Contains(d.v4, a)
+	}
+	a := ip.As16()
+	return slices.Contains(d.v6, a)
 }
 
 // resolvePath builds the headers of a path from an address handle's
@@ -586,8 +601,12 @@ func (d *Device) resolvePath(a *AHAttr) (pathInfo, error) {
 		return p, fmt.Errorf("flow label %#x: %w", a.FlowLabel, ErrInvalidArg)
 	}
 	mac := a.DMAC
-	if mac == ([6]byte{}) && dst.IsMulticast() {
+	switch {
+	case mac != [6]byte{}:
+	case dst.IsMulticast():
 		mac = MulticastMAC(dst) // a UD datagram to a group: no neighbour
+	case d.isOwn(dst):
+		mac = d.mac // to the device itself: looped back (engine.loop)
 	}
 	if mac == ([6]byte{}) {
 		if d.cfg.Neighbors == nil {

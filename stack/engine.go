@@ -2,6 +2,7 @@ package stack
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +42,9 @@ type engine struct {
 	// Owned by the engine goroutine.
 	rx       [][]byte
 	pkt      bth.Packet
-	steered  bool     // input is of frames from the inbox (in)
-	tx       [][]byte // frames ready to transmit: tx[i] is txBufs[i][:len]
+	lpkt     bth.Packet // a multicast frame the engine sends (loop)
+	steered  bool       // input is of frames from the inbox (in)
+	tx       [][]byte   // frames ready to transmit: tx[i] is txBufs[i][:len]
 	txBufs   [][]byte
 	txN      int
 	txFull   bool // the link refused frames: wait for Poll
@@ -69,13 +71,13 @@ type engine struct {
 type engineCounters struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       uint64
-	rcvSteered, rcvSteerDrop, backingErr                                     uint64
+	rcvSteered, rcvSteerDrop, backingErr, loopback                           uint64
 }
 
 type engineCountersAtomic struct {
 	rcvdPkts, sentPkts, rcvICRCErr, rcvMalformed, rcvNotRoCE, rcvUnsupported atomic.Uint64
 	rcvNotOurs, rcvUnknownQPN, rcvAddrErr, txEncodeErr                       atomic.Uint64
-	rcvSteered, rcvSteerDrop, backingErr                                     atomic.Uint64
+	rcvSteered, rcvSteerDrop, backingErr, loopback                           atomic.Uint64
 }
 
 // publish stores c when it changed since the last call (last, the
@@ -99,6 +101,7 @@ func (p *engineCountersAtomic) publish(c, last *engineCounters) {
 	p.rcvSteered.Store(c.rcvSteered)
 	p.rcvSteerDrop.Store(c.rcvSteerDrop)
 	p.backingErr.Store(c.backingErr)
+	p.loopback.Store(c.loopback)
 }
 
 func newEngine(d *Device, id int, l Link) *engine {
@@ -593,6 +596,7 @@ func (e *engine) flushIfFull() {
 // flush transmits the batch and reports whether the link took all of it.
 func (e *engine) flush() bool {
 	e.writeBack() // what the frames acknowledge is in place first
+	e.loop()
 	sent := e.link.Transmit(e.tx[:e.txN])
 	e.c.sentPkts += uint64(sent)
 	rem := e.txN - sent
@@ -609,6 +613,67 @@ func (e *engine) flush() bool {
 	e.txN = rem
 	e.txFull = true
 	return false
+}
+
+// loop takes the frames the device sends to itself (its own Ethernet
+// address: a QP of it talking to another, or to itself) out of the
+// batch and into the engine's inbox, from where input delivers them, or
+// steers them to the QP's engine, at the next step: the device's own
+// loopback, as rdma_rxe's, since no link brings them back. A UD datagram
+// to a multicast group that QPs of the device are attached to goes out
+// and, copied, to the inbox of each engine that owns such a QP, as IP
+// multicast loops back to the sending host. Frames an inbox has no room
+// for are dropped (rcv_steer_drop), as on a congested link.
+func (e *engine) loop() {
+	d := e.dev
+	mc := d.mcast.any()
+	k := 0
+	for i := 0; i < e.txN; i++ {
+		f := e.tx[i]
+		if [6]byte(f[0:6]) == d.mac {
+			e.c.sentPkts++
+			e.c.loopback++
+			if !e.in.put(f) {
+				e.c.rcvSteerDrop++
+			}
+			continue
+		}
+		if mc && f[0]&1 != 0 {
+			e.loopMcast(f)
+		}
+		if k != i {
+			e.tx[k], e.tx[i] = e.tx[i], e.tx[k]
+			e.txBufs[k], e.txBufs[i] = e.txBufs[i], e.txBufs[k]
+		}
+		k++
+	}
+	e.txN = k
+}
+
+// loopMcast copies f, when it is a UD datagram to a group with QPs of
+// the device attached, to the inboxes of the engines that own them.
+func (e *engine) loopMcast(f []byte) {
+	p := &e.lpkt
+	if bth.Parse(f, p) != nil || p.Opcode().Transport() != bth.TransportUD || p.BTH().DestQP() != MulticastQPN {
+		return
+	}
+	g := e.dev.mcast.lookup(p.DstIP().As16())
+	if g == nil {
+		return
+	}
+	for _, o := range e.dev.engines {
+		if !slices.ContainsFunc(g.qps, func(q *QP) bool { return q.eng.Load() == o }) {
+			continue
+		}
+		e.c.loopback++
+		if !o.in.put(f) {
+			e.c.rcvSteerDrop++
+			continue
+		}
+		if o != e && o.sleeping.Load() {
+			o.link.Wake()
+		}
+	}
 }
 
 // timerHeap is a min-heap of QPs by deadline; each QP knows its index.

@@ -37,6 +37,12 @@ type mcTable struct {
 	macs   map[[6]byte]int // groups per Ethernet address in the filter
 }
 
+// any reports whether a QP is attached to some group.
+func (t *mcTable) any() bool {
+	m := t.groups.Load()
+	return m != nil && len(*m) > 0
+}
+
 // lookup returns the group of the 16-byte GID g, or nil.
 func (t *mcTable) lookup(g [16]byte) *mcGroup {
 	m := t.groups.Load()

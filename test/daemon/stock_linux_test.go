@@ -141,3 +141,58 @@ func TestStockTools(t *testing.T) {
 		})
 	}
 }
+
+// TestStockLoopback runs stock programs with both ends on one daemon, as
+// on one host with rdma_rxe: the device loops back what it sends to its
+// own address (verbs, perftest, and the RDMA CM: rping), and multicast
+// to a group one of its QPs joined (mckey's sender and receiver).
+func TestStockLoopback(t *testing.T) {
+	if !haveLib {
+		t.Skip("skipping: " + libErr)
+	}
+	n := newNet(t, 1500)
+	addr := n.IP[0].String()
+	for _, c := range []struct {
+		srv, cli []string
+		want     *regexp.Regexp
+	}{
+		{[]string{"ibv_rc_pingpong", "-g", "1", "-c", "-n", "200", "-s", "4096"}, nil, ppResultRE},
+		{[]string{"ibv_ud_pingpong", "-g", "1", "-c", "-n", "200", "-s", "1024"}, nil, ppResultRE},
+		{[]string{"ib_write_bw", "-d", "uroce0", "-x", "1", "-F", "-n", "1000", "-s", "65536"}, nil, perfResultRE},
+		{[]string{"ib_read_bw", "-d", "uroce0", "-x", "1", "-F", "-n", "1000", "-s", "65536"}, nil, perfResultRE},
+		{[]string{"rping", "-s", "-a", addr, "-p", "7301", "-C", "10", "-S", "100", "-v", "-V"},
+			[]string{"rping", "-c", "-a", addr, "-p", "7301", "-C", "10", "-S", "100", "-v", "-V"}, rpingLineRE},
+		{[]string{"stdbuf", "-oL", "mckey", "-m", "239.0.2.79", "-b", addr},
+			[]string{"stdbuf", "-oL", "mckey", "-m", "239.0.2.79", "-s", "-b", addr}, regexp.MustCompile(`data transfers complete`)},
+	} {
+		cli := c.cli
+		if cli == nil {
+			cli = append(append([]string{}, c.srv...), addr)
+		}
+		s := n.stockTool(0, c.srv...)
+		var r *run
+		for tries := 0; tries < 20; tries++ {
+			time.Sleep(300 * time.Millisecond)
+			r = n.stockTool(0, cli...)
+			err := r.wait(t, time.Minute)
+			o := r.out.String()
+			if err == nil || !(strings.Contains(o, "Couldn't connect") || strings.Contains(o, "REJECTED") ||
+				strings.Contains(o, "UNREACHABLE")) {
+				if err != nil {
+					t.Errorf("%v: %v\n%s", cli, err, short(o))
+				}
+				break
+			}
+		}
+		if err := s.wait(t, time.Minute); err != nil {
+			t.Errorf("%v (server): %v\n%s", c.srv, err, short(s.out.String()))
+		}
+		if !c.want.MatchString(r.out.String()) {
+			t.Errorf("%v: no result:\n%s", cli, short(r.out.String()))
+		}
+	}
+	st := n.stat(0)
+	if v := st.Device.Counters["loopback_pkts"]; v == 0 {
+		t.Errorf("loopback_pkts %d", v)
+	}
+}
