@@ -442,10 +442,6 @@ func (ss *session) createCQ(req *proto.CreateCQ) (any, int, error) {
 	if err := ss.room(kindCQ); err != nil {
 		return nil, -1, err
 	}
-	d := ss.srv.cfg.Device
-	if req.CQE < 1 || int(req.CQE) > d.Query().MaxCQE {
-		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("create cq: %d entries, want 1 to %d", req.CQE, d.Query().MaxCQE)}
-	}
 	var ch *channelObj
 	if req.Channel != 0 {
 		var err error
@@ -453,52 +449,59 @@ func (ss *session) createCQ(req *proto.CreateCQ) (any, int, error) {
 			return nil, -1, err
 		}
 	}
-	slots := proto.Slots(int(req.CQE))
-	size := (proto.RingBytes(slots, proto.WCLen) + 4095) &^ 4095
-	fd, mem, err := newRingMem("uroce-cq", size)
+	ring, mem, fd, err := ss.newCQRing("create cq", req.CQE)
 	if err != nil {
 		return nil, -1, err
 	}
-	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
-	ring.Init()
 	r := &cqRing{ring: ring, ch: ch}
-	cq, err := d.CreateCQWithSink(slots, r)
+	cq, err := ss.srv.cfg.Device.CreateCQWithSink(int(ring.Len()), r)
 	if err != nil {
 		unix.Munmap(mem)
 		unix.Close(fd)
 		return nil, -1, err
 	}
 	hd, _ := ss.add(kindCQ, &cqObj{cq: cq, ring: r, mem: mem, ch: ch})
-	return &proto.CreateCQResp{CQ: hd, CQE: uint32(slots), Slots: uint32(slots), RingBytes: uint32(size)}, fd, nil
+	return &proto.CreateCQResp{CQ: hd, CQE: ring.Len(), Slots: ring.Len(), RingBytes: uint32(len(mem))}, fd, nil
+}
+
+// newCQRing checks a CQ's size against the device's limit and makes a
+// ring of at least cqe completions in a new memfd: its mapping and fd.
+func (ss *session) newCQRing(what string, cqe int32) (proto.Ring, []byte, int, error) {
+	maxCQE := ss.srv.cfg.Device.Query().MaxCQE
+	if cqe < 1 || int(cqe) > maxCQE {
+		return proto.Ring{}, nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("%s: %d entries, want 1 to %d", what, cqe, maxCQE)}
+	}
+	slots := proto.Slots(int(cqe))
+	fd, mem, err := newRingMem("uroce-cq", (proto.RingBytes(slots, proto.WCLen)+4095)&^4095)
+	if err != nil {
+		return proto.Ring{}, nil, -1, err
+	}
+	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
+	ring.Init()
+	return ring, mem, fd, nil
 }
 
 // resizeCQ gives a CQ a new ring (ibv_resize_cq): the completions not
 // yet consumed, the armed state and the counters move to it, at the same
-// indices, and the engines push to it from then on. The client does not
-// consume from the old ring meanwhile (SPEC.md, "Resizing a CQ"), so the
-// consumer index read here is the client's last word on it.
+// indices, and the engines push to it from then on. The client may go on
+// consuming from the old ring meanwhile (SPEC.md, "Resizing a CQ"): it
+// goes on at its own consumer index in the new ring, and the consumer
+// index read here only ever counts more completions as waiting.
 func (ss *session) resizeCQ(req *proto.ResizeCQ) (any, int, error) {
 	o, err := get[*cqObj](ss, req.CQ)
 	if err != nil {
 		return nil, -1, err
 	}
-	d := ss.srv.cfg.Device
-	if req.CQE < 1 || int(req.CQE) > d.Query().MaxCQE {
-		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("resize cq: %d entries, want 1 to %d", req.CQE, d.Query().MaxCQE)}
-	}
-	slots := proto.Slots(int(req.CQE))
-	size := (proto.RingBytes(slots, proto.WCLen) + 4095) &^ 4095
-	fd, mem, err := newRingMem("uroce-cq", size)
+	ring, mem, fd, err := ss.newCQRing("resize cq", req.CQE)
 	if err != nil {
 		return nil, -1, err
 	}
-	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
-	ring.Init()
+	slots := ring.Len()
 	r := o.ring
 	r.mu.Lock()
 	old := r.ring
 	cons := old.Consumer()
-	if waiting := r.prod - cons; waiting > old.Len() || waiting > uint32(slots) {
+	if waiting := r.prod - cons; waiting > old.Len() || waiting > slots {
 		r.mu.Unlock()
 		unix.Munmap(mem)
 		unix.Close(fd)
@@ -516,7 +519,7 @@ func (ss *session) resizeCQ(req *proto.ResizeCQ) (any, int, error) {
 	r.mu.Unlock()
 	unix.Munmap(o.mem)
 	o.mem = mem
-	return &proto.CreateCQResp{CQ: req.CQ, CQE: uint32(slots), Slots: uint32(slots), RingBytes: uint32(size)}, fd, nil
+	return &proto.CreateCQResp{CQ: req.CQ, CQE: slots, Slots: slots, RingBytes: uint32(len(mem))}, fd, nil
 }
 
 func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {

@@ -18,27 +18,35 @@ import (
 	"github.com/uroce/uroce/stack"
 )
 
-// TestRegMRProcessRefused registers process memory in a session whose
-// /proc/PID/mem could not be opened (a client of another user, a daemon
-// that is not root): EPERM, saying why and what to do.
-func TestRegMRProcessRefused(t *testing.T) {
+// pdSession is a session of a manual device on a pipe, with the limits
+// lim and one PD, whose handle it returns.
+func pdSession(t *testing.T, lim Limits) (*session, uint32) {
+	t.Helper()
 	la, _ := pipe.New(pipe.Config{MTU: 1500})
 	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1},
 		Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Manual: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	ss := newSession(&Server{cfg: Config{Device: d, Limits: DefaultLimits}}, nil, 1)
-	ss.procErr = &fs.PathError{Op: "open", Path: "/proc/1/mem", Err: syscall.EACCES}
+	t.Cleanup(func() { d.Close() })
+	ss := newSession(&Server{cfg: Config{Device: d, Limits: lim}}, nil, 1)
 	pd, err := d.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, _ := ss.add(kindPD, &pdObj{pd: pd})
+	return ss, h
+}
+
+// TestRegMRProcessRefused registers process memory in a session whose
+// /proc/PID/mem could not be opened (a client of another user, a daemon
+// that is not root): EPERM, saying why and what to do.
+func TestRegMRProcessRefused(t *testing.T) {
+	ss, h := pdSession(t, DefaultLimits)
+	ss.procErr = &fs.PathError{Op: "open", Path: "/proc/1/mem", Err: syscall.EACCES}
 	buf := make([]byte, 4096)
 	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
-	_, _, err = ss.regMR(&proto.RegMR{PD: h, Kind: proto.MemProcess, Addr: addr, IOVA: addr, Length: 4096, Access: 1}, nil)
+	_, _, err := ss.regMR(&proto.RegMR{PD: h, Kind: proto.MemProcess, Addr: addr, IOVA: addr, Length: 4096, Access: 1}, nil)
 	if errnoOf(err) != unix.EPERM || !strings.Contains(err.Error(), "permission denied") ||
 		!strings.Contains(err.Error(), "as root") {
 		t.Fatalf("reg mr without /proc/PID/mem: %v (%v)", err, errnoOf(err))
@@ -69,25 +77,14 @@ func TestRegMRProcessRefused(t *testing.T) {
 // SIZE_MAX) is the whole address space. (ibv_rc_pingpong -O in
 // test/daemon moves data through one.)
 func TestRegMROnDemand(t *testing.T) {
-	la, _ := pipe.New(pipe.Config{MTU: 1500})
-	d, err := stack.Open(context.Background(), stack.Config{Link: la, MAC: [6]byte{2, 0, 0, 0, 0, 1},
-		Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Manual: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 	lim := DefaultLimits
 	lim.MRBytes = 1 << 20
-	ss := newSession(&Server{cfg: Config{Device: d, Limits: lim}}, nil, 1)
+	ss, h := pdSession(t, lim)
+	var err error
 	if ss.procMem, err = os.OpenFile("/proc/self/mem", os.O_RDWR, 0); err != nil {
 		t.Skip(err)
 	}
 	defer ss.procMem.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _ := ss.add(kindPD, &pdObj{pd: pd})
 	const odp = accessOnDemand | 1
 	for _, c := range []struct {
 		addr, n uint64

@@ -67,18 +67,8 @@ func TestIncastOptions(t *testing.T) {
 // receiver counts no CE and sends no CNP.
 func TestIncastTailDrop(t *testing.T) {
 	netnstest.RequireAFXDP(t)
-	r, err := Incast(context.Background(), IncastOptions{Flows: []int{1}, Bottleneck: 200_000_000, Window: 16,
+	_, x := oneRun(t, IncastOptions{Flows: []int{1}, Bottleneck: 200_000_000, Window: 16,
 		Marking: incast.Marking{Kind: incast.TailDrop}, Modes: []bool{false}, Duration: 200 * time.Millisecond})
-	if errors.Is(err, incast.ErrUnsupported) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Runs) != 1 {
-		t.Fatalf("runs %+v", r.Runs)
-	}
-	x := r.Runs[0]
 	if x.Report.Marking != incast.TailDrop || x.Report.Queue.Marks != 0 || x.Marked != 0 || x.CNPs != 0 {
 		t.Errorf("bottleneck %v: %d marked by the queue, %d counted, %d CNPs; want taildrop and none",
 			x.Report.Marking, x.Report.Queue.Marks, x.Marked, x.CNPs)
@@ -94,18 +84,8 @@ func TestIncastTailDrop(t *testing.T) {
 // senders' QPs, which with DCQCN on cut their rates as responders.
 func TestIncastRead(t *testing.T) {
 	netnstest.RequireAFXDP(t)
-	r, err := Incast(context.Background(), IncastOptions{Flows: []int{2}, Bottleneck: 200_000_000, Window: 16, Read: true,
+	r, x := oneRun(t, IncastOptions{Flows: []int{2}, Bottleneck: 200_000_000, Window: 16, Read: true,
 		Marking: incast.Marking{Kind: incast.Step}, Modes: []bool{true}, Join: true, Duration: 300 * time.Millisecond})
-	if errors.Is(err, incast.ErrUnsupported) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Runs) != 1 {
-		t.Fatalf("runs %+v", r.Runs)
-	}
-	x := r.Runs[0]
 	if x.Report.Aggregate() <= 0 || len(x.Report.Flows) != 2 || x.Report.Queue.Marks == 0 || x.Marked == 0 || x.CNPs == 0 || x.CNPHandled == 0 {
 		t.Errorf("goodput %.0f, %d flows, %d marked by the queue, %d counted, %d CNPs, %d rate cuts",
 			x.Report.Aggregate(), len(x.Report.Flows), x.Report.Queue.Marks, x.Marked, x.CNPs, x.CNPHandled)
@@ -121,4 +101,21 @@ func TestIncastRead(t *testing.T) {
 		t.Errorf("report:\n%s", out.String())
 	}
 	t.Log("\n" + out.String())
+}
+
+// oneRun runs Incast with o, which asks for one run, and returns the
+// report and the run; it skips where the bed cannot be built.
+func oneRun(t *testing.T, o IncastOptions) (*IncastReport, IncastRun) {
+	t.Helper()
+	r, err := Incast(context.Background(), o)
+	if errors.Is(err, incast.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 1 {
+		t.Fatalf("runs %+v", r.Runs)
+	}
+	return r, r.Runs[0]
 }
