@@ -91,9 +91,9 @@ func TestRegMROnDemand(t *testing.T) {
 		access  uint32
 		errno   syscall.Errno
 	}{
-		{8, 4096, odp, 0},               // not mapped: on demand, fine
-		{8, 4096, 1, unix.EFAULT},       // not on demand: refused
-		{1 << 40, 1 << 30, odp, 0},      // past the 1 MiB limit: not counted
+		{8, 4096, odp, 0},          // not mapped: on demand, fine
+		{8, 4096, 1, unix.EFAULT},  // not on demand: refused
+		{1 << 40, 1 << 30, odp, 0}, // past the 1 MiB limit: not counted
 		{1 << 40, 1 << 30, 1, unix.ENOMEM},
 		{^uint64(0) - 10, 100, odp, unix.EINVAL},
 		{1 << 62, 1 << 62, odp, unix.EINVAL},
