@@ -11,8 +11,10 @@ import (
 // librdmacm.so.1 and libibverbs.so.1 and the daemon (`uroce run`),
 // against the same programs on rdma_rxe, both roles: rping (verified;
 // also -q, QPs the programs move themselves),
-// ucmatose with several connections, udaddy (UD through SIDR),
-// ib_write_bw/ib_read_bw/ib_send_bw -R, and a port nobody listens on.
+// ucmatose with several connections, udaddy (UD through SIDR), mckey
+// (UD multicast: each side's receiver joins, the other's sender sends to
+// the group), ib_write_bw/ib_read_bw/ib_send_bw -R, and a port nobody
+// listens on.
 // Like TestLibverbs it runs alone.
 //
 // perftest -R runs with the guest as the client only. Its server
@@ -27,7 +29,7 @@ func TestLibRDMACM(t *testing.T) {
 	for _, gc := range []bool{false, true} {
 		steps = append(steps, libRping(100, gc), libRping(65535, gc), libRpingQ(gc),
 			libCma("ucmatose", "-c 3 -C 20 -S 1000", gc),
-			libCma("udaddy", "-c 2 -C 10 -S 1000", gc))
+			libCma("udaddy", "-c 2 -C 10 -S 1000", gc), libMckey(gc))
 	}
 	for _, c := range []struct {
 		tool perfTool
@@ -89,6 +91,42 @@ func libCma(tool, opts string, guestClient bool) step {
 	} else {
 		// The harness appends the guest's address: it lands in "$@".
 		s.uroce = append([]string{"sh", "-c", `sleep 1; exec "$@"`, "sh"}, splitArgs(tool+" "+opts+" -s")...)
+	}
+	return s
+}
+
+// libMckey: the stock mckey's receiver on one side joins 239.0.2.80
+// (rdma_join_multicast: the QP attached, the IP group joined) and the
+// other side's sender, started two seconds later, sends it ten
+// datagrams through the address handle of its own MULTICAST_JOIN. The
+// receiver is the "server": uroce's with guestClient. Neither takes the
+// peer's address the harness appends (it lands in sh's $0). The guest
+// has no stdbuf: mckey's lines come at its exit.
+func libMckey(guestClient bool) step {
+	const group = "239.0.2.80"
+	recv := func(addr string) string { return "mckey -m " + group + " -b " + addr }
+	send := func(addr string) string { return "sleep 2; exec mckey -m " + group + " -s -b " + addr }
+	s := step{name: "lib-mckey-gs", guestClient: guestClient, guest: recv(guestAddr),
+		uroce: []string{"sh", "-c", send(uroceAddr)}}
+	if guestClient {
+		s.name, s.guest, s.uroce = "lib-mckey-gc", "sh -c '"+send(guestAddr)+"'", splitArgs(recv(uroceAddr))
+	}
+	name := s.name
+	s.check = func(t *testing.T, g, u string) {
+		t.Helper()
+		for who, out := range map[string]string{"guest": g, "uroce": u} {
+			if !strings.Contains(out, "mckey: joined dgid: ::ffff:"+group+" ") || !strings.Contains(out, "test complete\n") ||
+				strings.Contains(out, "fail") {
+				t.Errorf("%s: %s did not join and complete:\n%s", name, who, out)
+			}
+		}
+		rcv := g
+		if guestClient {
+			rcv = u
+		}
+		if !strings.Contains(rcv, "data transfers complete\n") {
+			t.Errorf("%s: the receiver did not get the datagrams:\n%s", name, rcv)
+		}
 	}
 	return s
 }
