@@ -191,3 +191,40 @@ func TestLoopbackTwoQueues(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackNoAllocs: once the inbox has its buffers, looped-back
+// traffic (WRITE, READ, SEND and an atomic between two QPs of one
+// device) allocates nothing.
+func TestLoopbackNoAllocs(t *testing.T) {
+	s := newSimPair(t, 9000, nil)
+	A := newSide(t, s.a, 1<<20, 256)
+	qa, qb := A.qp(t, RC), A.qp(t, RC)
+	connect(t, qa, qb, 1, 0, 0, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+	wrs := []SendWR{
+		{ID: 1, Op: OpWrite, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, 65536)}, Remote: RemoteAddr{A.mr.Addr() + 400000, A.mr.RKey()}},
+		{ID: 2, Op: OpRead, Flags: SendSignaled, SG: []SGE{A.mr.SGE(65536, 65536)}, Remote: RemoteAddr{A.mr.Addr() + 400000, A.mr.RKey()}},
+		{ID: 3, Op: OpSend, Flags: SendSignaled, SG: []SGE{A.mr.SGE(0, 10000)}},
+		{ID: 4, Op: OpFetchAdd, Flags: SendSignaled, SG: []SGE{A.mr.SGE(200000, 8)}, Remote: RemoteAddr{A.mr.Addr() + 8192, A.mr.RKey()}, CompareAdd: 1},
+	}
+	rwr := RecvWR{ID: 9, SG: []SGE{A.mr.SGE(300000, 10000)}}
+	wcs := make([]WC, 16)
+	round := func() {
+		qb.PostRecv(&rwr)
+		qa.PostSendBatch(wrs)
+		for got := 0; got < len(wrs)+1; { // the receive completes too
+			s.a.Step()
+			s.clock.Advance(1000)
+			got += A.cq.Poll(wcs)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		round()
+	}
+	lb := s.a.Counters().Loopback
+	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
+		t.Fatalf("%v allocations per round", allocs)
+	}
+	if s.a.Counters().Loopback == lb {
+		t.Fatal("nothing looped back")
+	}
+}
