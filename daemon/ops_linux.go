@@ -659,7 +659,8 @@ func portAttr(d *stack.Device) *proto.PortAttr {
 	a := d.Query()
 	return &proto.PortAttr{State: 4, MaxMTU: uint32(a.MaxMTU), ActiveMTU: uint32(a.ActiveMTU), GIDTblLen: int32(a.GIDTableLen),
 		PortCapFlags: 0x10000 | 0x4000000, MaxMsgSz: 1 << 30, PKeyTblLen: 1, ActiveWidth: 2, ActiveSpeed: 32,
-		PhysState: 5, LinkLayer: 2, LinkMTU: uint32(a.LinkMTU), MAC: [8]byte(append(a.MAC[:], 0, 0))}
+		PhysState: 5, LinkLayer: 2, LinkMTU: uint32(a.LinkMTU), MAC: [8]byte(append(a.MAC[:], 0, 0)),
+		MaxVLNum: 1} // IBV_VL_VL0, as rdma_rxe reports
 }
 
 func ahAttrFrom(a *proto.AHAttr) stack.AHAttr {

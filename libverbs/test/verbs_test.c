@@ -526,6 +526,8 @@ static int case_query_port(int want_mtu)
 	      "active_mtu %d max_mtu %d", p->active_mtu, p->max_mtu);
 	CHECK(p->gid_tbl_len >= 1 && p->pkey_tbl_len >= 1, "gid_tbl_len %d pkey_tbl_len %u", p->gid_tbl_len,
 	      p->pkey_tbl_len);
+	CHECK(p->max_vl_num >= 1 && p->max_vl_num <= 5, "max_vl_num %u, want an enum ibv_vl value (1 to 5)",
+	      p->max_vl_num); /* ibv_devinfo prints 0 as "invalid value" */
 	E.mtu = p->active_mtu;
 	if (want_mtu) {
 		enum ibv_mtu m = want_mtu == 256 ? IBV_MTU_256 : want_mtu == 512 ? IBV_MTU_512 :
