@@ -652,7 +652,8 @@ func deviceAttr(d *stack.Device) *proto.DeviceAttr {
 		MaxMW:       int32(a.MaxMR),
 		MaxMcastGrp: int32(a.MaxMcastGrp), MaxMcastQPAttach: int32(a.MaxMcastQPAttach),
 		MaxTotalMcastQPAttach: int32(a.MaxTotalMcastQPAttach),
-		DeviceCapFlags:        proto.DeviceMemWindow | proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
+		DeviceCapFlags: proto.DeviceSysImageGUID | proto.DeviceRCRNRNAKGen | proto.DeviceMemWindow |
+			proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
 }
 
 func portAttr(d *stack.Device) *proto.PortAttr {

@@ -287,6 +287,8 @@ type DeviceAttr struct {
 
 // Device capability flags of DeviceAttr (ibv_device_cap_flags).
 const (
+	DeviceSysImageGUID    = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID: sys_image_guid is set
+	DeviceRCRNRNAKGen     = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN: RC responders send RNR NAKs
 	DeviceMemWindow       = 1 << 17 // IBV_DEVICE_MEM_WINDOW
 	DeviceMemMgtExt       = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
 	DeviceMemWindowType2B = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B

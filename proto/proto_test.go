@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 	"unsafe"
 )
@@ -149,4 +152,29 @@ func FuzzParseMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDeviceCapFlagsMatchVerbsH checks the capability flags against
+// rdma-core's <infiniband/verbs.h>, where the machine has it.
+func TestDeviceCapFlagsMatchVerbsH(t *testing.T) {
+	b, err := os.ReadFile("/usr/include/infiniband/verbs.h")
+	if err != nil {
+		t.Skipf("skipping: %v (Debian's libibverbs-dev)", err)
+	}
+	for name, v := range map[string]int{
+		"IBV_DEVICE_SYS_IMAGE_GUID":     DeviceSysImageGUID,
+		"IBV_DEVICE_RC_RNR_NAK_GEN":     DeviceRCRNRNAKGen,
+		"IBV_DEVICE_MEM_WINDOW":         DeviceMemWindow,
+		"IBV_DEVICE_MEM_MGT_EXTENSIONS": DeviceMemMgtExt,
+		"IBV_DEVICE_MEM_WINDOW_TYPE_2B": DeviceMemWindowType2B,
+	} {
+		m := regexp.MustCompile(`(?m)^\s*` + name + `\s*=\s*1\s*<<\s*(\d+),`).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("%s: not in verbs.h", name)
+			continue
+		}
+		if n, _ := strconv.Atoi(string(m[1])); 1<<n != v {
+			t.Errorf("%s is 1 << %s in verbs.h, %#x here", name, m[1], v)
+		}
+	}
 }
