@@ -47,6 +47,7 @@ type engine struct {
 	tx       [][]byte   // frames ready to transmit: tx[i] is txBufs[i][:len]
 	txBufs   [][]byte
 	txN      int
+	txLooped int  // tx[:txLooped] went through loop (frames the link refused before)
 	txFull   bool // the link refused frames: wait for Poll
 	frameMax int
 	cur      *QP   // the QP whose lock is held
@@ -600,6 +601,7 @@ func (e *engine) flush() bool {
 	sent := e.link.Transmit(e.tx[:e.txN])
 	e.c.sentPkts += uint64(sent)
 	rem := e.txN - sent
+	e.txLooped = rem // what is left was looked at
 	if rem == 0 {
 		e.txN = 0
 		e.txFull = false
@@ -623,12 +625,14 @@ func (e *engine) flush() bool {
 // to a multicast group that QPs of the device are attached to goes out
 // and, copied, to the inbox of each engine that owns such a QP, as IP
 // multicast loops back to the sending host. Frames an inbox has no room
-// for are dropped (rcv_steer_drop), as on a congested link.
+// for are dropped (rcv_steer_drop), as on a congested link. Frames the
+// link refused, which stay at the front of the batch, are not looked at
+// again: a multicast datagram is copied once.
 func (e *engine) loop() {
 	d := e.dev
 	mc := d.mcast.any()
-	k := 0
-	for i := 0; i < e.txN; i++ {
+	k := e.txLooped // frames the link refused before were looked at then
+	for i := k; i < e.txN; i++ {
 		f := e.tx[i]
 		if [6]byte(f[0:6]) == d.mac {
 			e.c.sentPkts++
@@ -647,7 +651,7 @@ func (e *engine) loop() {
 		}
 		k++
 	}
-	e.txN = k
+	e.txN, e.txLooped = k, k
 }
 
 // loopMcast copies f, when it is a UD datagram to a group with QPs of

@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/uroce/uroce/link/pipe"
 )
 
 // TestLoopback: QPs of one device talk to each other through its own
@@ -226,5 +229,65 @@ func TestLoopbackNoAllocs(t *testing.T) {
 	}
 	if s.a.Counters().Loopback == lb {
 		t.Fatal("nothing looped back")
+	}
+}
+
+// refusingLink refuses the first refuse Transmit calls that carry
+// frames, as a full transmit ring does.
+type refusingLink struct {
+	Link
+	refuse int
+}
+
+func (l *refusingLink) Transmit(frames [][]byte) int {
+	if len(frames) > 0 && l.refuse > 0 {
+		l.refuse--
+		return 0
+	}
+	return l.Link.Transmit(frames)
+}
+
+// TestLoopbackMcastOnce: a multicast datagram the link refuses at first
+// is copied to the device's own group members once, not once per try.
+func TestLoopbackMcastOnce(t *testing.T) {
+	clock := NewFakeClock(time.Second)
+	pa, _ := pipe.New(pipe.Config{MTU: 1500})
+	l := &refusingLink{Link: pa}
+	d := openManualCfg(t, l, macA, []netip.Addr{ipA}, clock, Config{})
+	A := newSide(t, d, 1<<16, 16)
+	member, sender := A.qp(t, UD), A.qp(t, UD)
+	udReady(t, member, 7, 0)
+	udReady(t, sender, 7, 0)
+	g := netip.MustParseAddr("::ffff:239.0.2.10")
+	if err := member.AttachMcast(g); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		member.PostRecv(&RecvWR{ID: uint64(i), SG: []SGE{A.mr.SGE(uint64(i)*2048, 2048)}})
+	}
+	ah, err := A.pd.CreateAH(AHAttr{DGID: g, SGIDIndex: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.refuse = 3
+	if err := sender.PostSend(&SendWR{ID: 9, Op: OpSend, Flags: SendSignaled, SG: []SGE{A.mr.SGE(10000, 100)},
+		AH: ah, RemoteQPN: MulticastQPN, RemoteQKey: 7}); err != nil {
+		t.Fatal(err)
+	}
+	recvs, sends := 0, 0
+	wcs := make([]WC, 8)
+	for i := 0; i < 1000; i++ {
+		d.Step()
+		clock.Advance(time.Microsecond)
+		for _, wc := range wcs[:A.cq.Poll(wcs)] {
+			if wc.Opcode == WCRecv {
+				recvs++
+			} else {
+				sends++
+			}
+		}
+	}
+	if l.refuse != 0 || sends != 1 || recvs != 1 {
+		t.Fatalf("refusals left %d; %d send and %d receive completions, want 1 and 1", l.refuse, sends, recvs)
 	}
 }
