@@ -315,6 +315,43 @@ func (s *SRQ) PostRecv(wr *stack.RecvWR) error {
 	return nil
 }
 
+// Resize implements verbs.SRQ (ibv_modify_srq with IBV_SRQ_MAX_WR): the
+// daemon moves the receives it has not taken to a new ring, which the
+// SRQ maps in place of the old one. PostRecv waits meanwhile (it holds
+// the SRQ's lock for a post, its wait for the daemon included).
+func (s *SRQ) Resize(n int) error {
+	if n < 1 || n > math.MaxInt32 {
+		return fmt.Errorf("resize srq: max_wr %d: %w", n, stack.ErrInvalidArg)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r proto.ResizeSRQResp
+	fd, err := s.d.call(proto.OpResizeSRQ, &proto.ResizeSRQ{SRQ: s.h, MaxWR: uint32(n)}, -1, &r)
+	if err != nil {
+		return fmt.Errorf("resize srq: %w", err)
+	}
+	mem, err := mapRing(fd, r.RingBytes)
+	if err != nil {
+		return fmt.Errorf("resize srq: %w", err)
+	}
+	ring, ok := proto.NewRing(mem, int(r.Slots), int(r.SlotBytes))
+	if !ok || int(r.SlotBytes) != s.ring.SlotBytes() {
+		unix.Munmap(mem)
+		return fmt.Errorf("resize srq: the daemon's ring does not fit its size")
+	}
+	// Nothing was posted since the daemon looked (the lock is held), but
+	// a producer index it did not see would be ours to carry over.
+	prod := s.ring.Producer()
+	for i := r.Copied; i != prod; i++ {
+		copy(ring.Slot(i), s.ring.Slot(i))
+	}
+	ring.SetProducer(prod)
+	old := s.mem
+	s.mem, s.ring = mem, ring
+	unix.Munmap(old)
+	return nil
+}
+
 // Destroy implements verbs.SRQ.
 func (s *SRQ) Destroy() error {
 	if err := s.d.destroy(proto.OpDestroySRQ, s.h); err != nil {

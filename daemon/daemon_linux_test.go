@@ -678,3 +678,63 @@ func TestDaemonResizeCQ(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonResizeSRQ: ibv_modify_srq's IBV_SRQ_MAX_WR through the
+// daemon. The receives posted before the resize stay, in order, and the
+// SRQ then takes as many as its new size; a size below what it holds is
+// EINVAL. An RC QP on the SRQ receives a SEND for each of them.
+func TestDaemonResizeSRQ(t *testing.T) {
+	p := newPair(t)
+	A, B := newEnd(t, open(t, p.sa), 1<<16), newEnd(t, open(t, p.sb), 1<<20)
+	srq, err := B.pd.CreateSRQ(stack.SRQInit{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := A.qp(t, stack.RC)
+	qb, err := B.pd.CreateQP(verbs.QPInit{Type: stack.RC, SendCQ: B.cq, RecvCQ: B.cq, SRQ: srq, MaxSendWR: 8, MaxSendSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga, _ := A.dev.GID(1)
+	gb, _ := B.dev.GID(1)
+	connect(t, qa, qb, ga, gb)
+	post := func(i int) error {
+		return srq.PostRecv(&stack.RecvWR{ID: uint64(100 + i), SG: []stack.SGE{B.mr.SGE(uint64(i)*4096, 4096)}})
+	}
+	for i := 0; i < 4; i++ {
+		if err := post(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.Resize(2); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("resize to 2 with 4 posted: %v, want EINVAL", err)
+	}
+	if err := srq.Resize(16); err != nil {
+		t.Fatal(err)
+	}
+	for i := 4; i < 16; i++ {
+		if err := post(i); err != nil {
+			t.Fatalf("receive %d after the resize: %v", i, err)
+		}
+	}
+	fill(A.buf[:16*100], 5)
+	for i := 0; i < 16; i++ {
+		if err := qa.PostSend(&verbs.SendWR{ID: uint64(i), Op: stack.OpSend, Flags: stack.SendSignaled,
+			SG: []stack.SGE{A.mr.SGE(uint64(i)*100, 100)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, wc := range waitN(t, A.cq, 16) {
+		if wc.Status != stack.WCSuccess {
+			t.Fatalf("send %+v", wc)
+		}
+	}
+	for i, wc := range waitN(t, B.cq, 16) {
+		if wc.ID != uint64(100+i) || wc.Status != stack.WCSuccess || wc.ByteLen != 100 {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+		if !bytes.Equal(B.buf[i*4096:i*4096+100], A.buf[i*100:i*100+100]) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+}

@@ -39,6 +39,9 @@ func FuzzHandle(f *testing.F) {
 		msg(proto.OpDestroyCQ, &proto.Handle{Handle: 2}), msg(proto.OpDestroyQP, &proto.Handle{Handle: 3})))
 	f.Add(seed(hello, msg(proto.OpCreateChannel, nil), msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8, Channel: 1}),
 		msg(proto.OpDestroyChannel, &proto.Handle{Handle: 1}), msg(proto.OpStat, &proto.StatReq{})))
+	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateSRQ, &proto.CreateSRQ{PD: 1, MaxWR: 4, MaxSGE: 1}),
+		msg(proto.OpResizeSRQ, &proto.ResizeSRQ{SRQ: 2, MaxWR: 64}), msg(proto.OpResizeSRQ, &proto.ResizeSRQ{SRQ: 2, MaxWR: 0}),
+		msg(proto.OpDestroySRQ, &proto.Handle{Handle: 2})))
 	f.Add(seed(hello, msg(proto.OpCreateCQ, &proto.CreateCQ{CQE: 8}), msg(proto.OpResizeCQ, &proto.ResizeCQ{CQ: 1, CQE: 64}),
 		msg(proto.OpResizeCQ, &proto.ResizeCQ{CQ: 1, CQE: -3}), msg(proto.OpDestroyCQ, &proto.Handle{Handle: 1})))
 	f.Add(seed(hello, msg(proto.OpAllocPD, nil), msg(proto.OpCreateSRQ, &proto.CreateSRQ{PD: 1, MaxWR: 4, MaxSGE: 1}),

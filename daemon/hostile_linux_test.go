@@ -202,6 +202,8 @@ func TestHostileRequests(t *testing.T) {
 		{proto.OpCreateCQ, &proto.CreateCQ{CQE: 4, Channel: pd}},
 		{proto.OpResizeCQ, &proto.ResizeCQ{CQ: 999, CQE: 4}},
 		{proto.OpResizeCQ, &proto.ResizeCQ{CQ: pd, CQE: 4}}, // a PD's handle as a CQ's
+		{proto.OpResizeSRQ, &proto.ResizeSRQ{SRQ: 999, MaxWR: 4}},
+		{proto.OpResizeSRQ, &proto.ResizeSRQ{SRQ: pd, MaxWR: 4}}, // a PD's handle as an SRQ's
 		{proto.OpCreateQP, &proto.CreateQP{PD: pd, Type: proto.QPTypeRC, SendCQ: 4242, RecvCQ: 4242}},
 		{proto.OpRegMR, &proto.RegMR{PD: pd, Kind: proto.MemShared, Length: 4096}}, // no memfd
 		{proto.OpRegMR, &proto.RegMR{PD: pd, Kind: 9, Length: 4096}},

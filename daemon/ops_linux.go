@@ -187,12 +187,16 @@ func (ss *session) handle(h proto.Header, body []byte, fds []int) (resp any, fd 
 			return nil, -1, err
 		}
 		if req.Mask&1 != 0 {
-			return nil, -1, errnoErr{unix.EINVAL, "modify srq: resizing an srq is not supported"}
+			return nil, -1, errnoErr{unix.EINVAL, "modify srq: max_wr: resize with ResizeSRQ"}
 		}
 		if req.Mask&2 != 0 {
 			o.srq.SetLimit(int(req.Limit))
 		}
 		return nil, -1, nil
+	case proto.OpResizeSRQ:
+		var req proto.ResizeSRQ
+		proto.Unmarshal(body, &req)
+		return ss.resizeSRQ(&req)
 	case proto.OpQuerySRQ:
 		var req proto.Handle
 		proto.Unmarshal(body, &req)
@@ -563,6 +567,70 @@ func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {
 		SlotBytes: uint32(size), RingBytes: uint32(total)}, fd, nil
 }
 
+// resizeSRQ gives an SRQ a new ring (ibv_modify_srq with IBV_SRQ_MAX_WR)
+// and the stack's SRQ room for as many receives. With the engines' poller
+// held off, the slots the daemon has not taken yet, up to the producer
+// index it reads (Copied), move to the new ring at the same indices,
+// with the consumer, posted and flags words; slots the client produces
+// after that it copies itself (SPEC.md, "Resizing an SRQ"). EINVAL for a
+// size out of range or below the receives the SRQ holds: posted to the
+// stack's SRQ, taken and waiting for room, and in the ring.
+func (ss *session) resizeSRQ(req *proto.ResizeSRQ) (any, int, error) {
+	o, err := get[*srqObj](ss, req.SRQ)
+	if err != nil {
+		return nil, -1, err
+	}
+	lim := ss.srv.cfg.Device.Query().Limits
+	if req.MaxWR < 1 || int(req.MaxWR) > lim.MaxSRQWR {
+		return nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("resize srq: max_wr %d, want 1 to %d", req.MaxWR, lim.MaxSRQWR)}
+	}
+	slots := proto.Slots(int(req.MaxWR))
+	size := o.ring.SlotBytes()
+	total := (proto.RingBytes(slots, size) + 4095) &^ 4095
+	fd, mem, err := newRingMem("uroce-srq", total)
+	if err != nil {
+		return nil, -1, err
+	}
+	ring, _ := proto.NewRing(mem, slots, size)
+	ring.Init()
+	fail := func(e error) (any, int, error) {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return nil, -1, e
+	}
+	ss.pollMu.Lock()
+	old := o.ring
+	prod := old.Producer()
+	inRing := prod - o.cons
+	if inRing > old.Len() {
+		ss.pollMu.Unlock()
+		return fail(errnoErr{unix.EINVAL, fmt.Sprintf("resize srq: the ring's producer index %d is past its %d slots", prod, old.Len())})
+	}
+	if held := o.srq.Len() + o.n + int(inRing); held > slots {
+		ss.pollMu.Unlock()
+		return fail(errnoErr{unix.EINVAL, fmt.Sprintf("resize srq: %d receives posted, more than %d", held, slots)})
+	}
+	if err := o.srq.Resize(slots); err != nil {
+		ss.pollMu.Unlock()
+		return fail(err)
+	}
+	for i := o.cons; i != prod; i++ {
+		copy(ring.Slot(i), old.Slot(i))
+	}
+	ring.SetConsumer(o.cons)
+	ring.SetProducer(prod)
+	ring.SetPosted(old.Posted())
+	ring.SetFlags(old.Flags())
+	o.ring = ring
+	oldMem := o.mem
+	o.mem = mem
+	ss.pollMu.Unlock()
+	unix.Munmap(oldMem)
+	ss.srv.cfg.Device.Wake() // the new ring may hold slots to take
+	return &proto.ResizeSRQResp{MaxWR: uint32(slots), Slots: uint32(slots), SlotBytes: uint32(size),
+		RingBytes: uint32(total), Copied: prod}, fd, nil
+}
+
 func (ss *session) createQP(req *proto.CreateQP) (any, int, error) {
 	if err := ss.room(kindQP); err != nil {
 		return nil, -1, err
@@ -652,7 +720,7 @@ func deviceAttr(d *stack.Device) *proto.DeviceAttr {
 		MaxMW:       int32(a.MaxMR),
 		MaxMcastGrp: int32(a.MaxMcastGrp), MaxMcastQPAttach: int32(a.MaxMcastQPAttach),
 		MaxTotalMcastQPAttach: int32(a.MaxTotalMcastQPAttach),
-		DeviceCapFlags: proto.DeviceSysImageGUID | proto.DeviceRCRNRNAKGen | proto.DeviceMemWindow |
+		DeviceCapFlags: proto.DeviceSysImageGUID | proto.DeviceRCRNRNAKGen | proto.DeviceSRQResize | proto.DeviceMemWindow |
 			proto.DeviceMemWindowType2B | proto.DeviceMemMgtExt}
 }
 

@@ -93,8 +93,10 @@ const (
 	// Multicast; see SPEC.md's "Multicast".
 	OpAttachMcast
 	OpDetachMcast
-	// ibv_resize_cq; see SPEC.md's "Resizing a CQ".
+	// ibv_resize_cq and ibv_modify_srq's IBV_SRQ_MAX_WR; see SPEC.md's
+	// "Resizing a CQ" and "Resizing an SRQ".
 	OpResizeCQ
+	OpResizeSRQ
 	opEnd
 )
 
@@ -120,7 +122,7 @@ var opNames = map[Op]string{
 	OpCMListen: "cm listen", OpCMConnect: "cm connect", OpCMAccept: "cm accept", OpCMReject: "cm reject",
 	OpCMDisconnect: "cm disconnect", OpCMGetEvent: "cm get event", OpCMInitQPAttr: "cm init qp attr",
 	OpCMEstablish: "cm establish", OpAllocMW: "alloc mw", OpDeallocMW: "dealloc mw", OpBindMW: "bind mw",
-	OpAttachMcast: "attach mcast", OpDetachMcast: "detach mcast", OpResizeCQ: "resize cq",
+	OpAttachMcast: "attach mcast", OpDetachMcast: "detach mcast", OpResizeCQ: "resize cq", OpResizeSRQ: "resize srq",
 	OpEventDeviceGone: "device gone", OpEventAsync: "async event",
 }
 
@@ -289,6 +291,7 @@ type DeviceAttr struct {
 const (
 	DeviceSysImageGUID    = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID: sys_image_guid is set
 	DeviceRCRNRNAKGen     = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN: RC responders send RNR NAKs
+	DeviceSRQResize       = 1 << 13 // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq takes IBV_SRQ_MAX_WR
 	DeviceMemWindow       = 1 << 17 // IBV_DEVICE_MEM_WINDOW
 	DeviceMemMgtExt       = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
 	DeviceMemWindowType2B = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
@@ -475,6 +478,26 @@ type CreateSRQResp struct {
 	Slots     uint32
 	SlotBytes uint32
 	RingBytes uint32
+}
+
+// ResizeSRQ gives an SRQ a new ring of at least MaxWR receives
+// (ibv_modify_srq with IBV_SRQ_MAX_WR); the answer is a ResizeSRQResp
+// with the new ring's memfd.
+type ResizeSRQ struct {
+	SRQ   uint32
+	MaxWR uint32
+}
+
+// ResizeSRQResp answers ResizeSRQ. Copied is the old ring's producer
+// index the daemon read: the slots before it are in the new ring, the
+// ones the client produced after it are the client's to copy.
+type ResizeSRQResp struct {
+	MaxWR     uint32
+	Slots     uint32
+	SlotBytes uint32
+	RingBytes uint32
+	Copied    uint32
+	Pad       uint32
 }
 
 // ModifySRQ sets an SRQ's limit (ibv_modify_srq with IBV_SRQ_LIMIT).

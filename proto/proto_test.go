@@ -24,7 +24,7 @@ func TestBodySizes(t *testing.T) {
 		{DeviceAttr{}, 200}, {McastReq{}, 24}, {AllocMW{}, 8}, {AllocMWResp{}, 8}, {BindMW{}, 48}, {BindMWResp{}, 8}, {PortAttr{}, 52},
 		{CMAddr{}, 24}, {CMCreateID{}, 16}, {CMMigrateID{}, 8}, {CMBind{}, 32}, {CMResolve{}, 56},
 		{CMRoute{}, 96}, {CMListen{}, 8}, {CMConnParam{}, 216}, {CMConnect{}, 224}, {CMReject{}, 156},
-		{CMEvent{}, 364}, {CMInitQPAttr{}, 8}, {CMQPAttr{}, 92},
+		{CMEvent{}, 364}, {CMInitQPAttr{}, 8}, {CMQPAttr{}, 92}, {ResizeCQ{}, 8}, {ResizeSRQ{}, 8}, {ResizeSRQResp{}, 24},
 	} {
 		if n := binary.Size(c.v); n != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, n, c.size)

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/uroce/uroce/bth"
@@ -100,5 +101,44 @@ func TestLocalOpsRefused(t *testing.T) {
 	u.qp.local = &fakeLocal{out: u.out}
 	if err := u.qp.PostSend(0, &SendWR{Opcode: WRLocalInv}); err == nil {
 		t.Error("LOCAL_INV on a UD QP posted")
+	}
+}
+
+// TestSRQResize: the receives posted stay, in order, with their SGEs,
+// across a resize that wraps the old ring; a size below them is refused.
+func TestSRQResize(t *testing.T) {
+	s := NewSRQ(4, 2)
+	id := uint64(0)
+	post := func() error {
+		err := s.PostRecv(&RecvWR{ID: id, SG: []SGE{{Addr: id, Length: uint32(id + 1), LKey: 7}, {Addr: 99, Length: 1, LKey: 8}}})
+		if err == nil {
+			id++
+		}
+		return err
+	}
+	for i := 0; i < 4; i++ {
+		post()
+	}
+	var w recvWQE
+	sg := make([]SGE, 2)
+	s.pop(&w, sg)
+	s.pop(&w, sg) // the head is past slot 0
+	post()
+	post()
+	if err := s.Resize(3); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("resize to 3 with 4 posted: %v", err)
+	}
+	if err := s.Resize(6); err != nil {
+		t.Fatal(err)
+	}
+	for post() == nil {
+	}
+	if s.Len() != 6 || id != 8 {
+		t.Fatalf("%d posted (ids to %d), want 6 (to 8)", s.Len(), id)
+	}
+	for want := uint64(2); want < 8; want++ {
+		if !s.pop(&w, sg) || w.id != want || len(w.sg) != 2 || w.sg[0].Addr != want || w.length != want+2 {
+			t.Fatalf("receive %d: %+v", want, w)
+		}
 	}
 }

@@ -286,6 +286,27 @@ func (s *SRQ) LimitReached() bool {
 	return false
 }
 
+// Resize gives the SRQ room for maxWR receives, keeping those posted in
+// their order; ErrQueueFull when more are posted than maxWR.
+func (s *SRQ) Resize(maxWR int) error {
+	if maxWR < s.q.len() {
+		return fmt.Errorf("resize srq: %d receives posted, more than %d: %w", s.q.len(), maxWR, ErrQueueFull)
+	}
+	var q recvQueue
+	q.init(max(maxWR, 1), s.q.maxSGE)
+	var w recvWQE
+	sg := make([]SGE, s.q.maxSGE)
+	for s.q.pop(&w, sg) {
+		i := int(q.tail % uint64(len(q.slots)))
+		dst := q.sges[i*q.maxSGE : i*q.maxSGE+len(w.sg)]
+		copy(dst, w.sg)
+		q.slots[i] = recvWQE{id: w.id, sg: dst, length: w.length}
+		q.tail++
+	}
+	s.q = q
+	return nil
+}
+
 // Len returns the number of receives posted and not consumed.
 func (s *SRQ) Len() int { return s.q.len() }
 

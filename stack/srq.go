@@ -55,6 +55,25 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	return err
 }
 
+// Resize gives the SRQ room for n receives (ibv_modify_srq with
+// IBV_SRQ_MAX_WR), keeping those posted; ErrInvalidArg when n is out of
+// the device's range or below the receives posted.
+func (s *SRQ) Resize(n int) error {
+	if lim := s.pd.dev.attr.Limits.MaxSRQWR; n < 1 || n > lim {
+		return fmt.Errorf("resize srq: max_wr %d, want 1 to %d: %w", n, lim, ErrInvalidArg)
+	}
+	if s.uses.over() {
+		return fmt.Errorf("resize srq: %w", ErrDestroyed)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.q.Resize(n); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalidArg)
+	}
+	s.init.MaxWR = n
+	return nil
+}
+
 // Len returns the number of receives posted and not yet consumed.
 func (s *SRQ) Len() int {
 	s.mu.Lock()

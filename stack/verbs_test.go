@@ -813,3 +813,41 @@ func TestCQResize(t *testing.T) {
 		t.Errorf("resize of a destroyed cq: %v", err)
 	}
 }
+
+// TestSRQResize: a resized SRQ keeps its receives and takes as many as
+// its new size; a size below what is posted is refused. (qp's
+// TestSRQResize checks the order.)
+func TestSRQResize(t *testing.T) {
+	a, _ := pipe.New(pipe.Config{})
+	d := openManual(t, a, macA, []netip.Addr{ipA}, nil)
+	pd, _ := d.AllocPD()
+	srq, err := pd.CreateSRQ(SRQInit{MaxWR: 4, MaxSGE: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		if err := srq.PostRecv(&RecvWR{ID: uint64(i), SG: []SGE{{Addr: uint64(i), Length: 10, LKey: 1}, {Addr: 100, Length: 1, LKey: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.PostRecv(&RecvWR{ID: 4}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("fifth receive into 4: %v", err)
+	}
+	if err := srq.Resize(3); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("resize to 3 with 4 posted: %v", err)
+	}
+	if err := srq.Resize(0); !errors.Is(err, ErrInvalidArg) {
+		t.Errorf("resize to 0: %v", err)
+	}
+	if err := srq.Resize(8); err != nil {
+		t.Fatal(err)
+	}
+	for i := 4; i < 8; i++ {
+		if err := srq.PostRecv(&RecvWR{ID: uint64(i)}); err != nil {
+			t.Fatalf("receive %d after the resize: %v", i, err)
+		}
+	}
+	if srq.Len() != 8 {
+		t.Fatalf("%d posted, want 8", srq.Len())
+	}
+}

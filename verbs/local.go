@@ -286,6 +286,7 @@ func (l *localCQ) Destroy() error                 { return l.c.Destroy() }
 type localSRQ struct{ s *stack.SRQ }
 
 func (l *localSRQ) PostRecv(wr *RecvWR) error { return l.s.PostRecv(wr) }
+func (l *localSRQ) Resize(n int) error        { return l.s.Resize(n) }
 func (l *localSRQ) Destroy() error            { return l.s.Destroy() }
 
 type localAH struct{ ah *stack.AH }

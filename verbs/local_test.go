@@ -538,6 +538,7 @@ func (fakeCQ) Resize(int) error              { return nil }
 func (fakeCQ) Destroy() error                { return nil }
 func (fakeSRQ) PostRecv(*verbs.RecvWR) error { return nil }
 func (fakeSRQ) Destroy() error               { return nil }
+func (fakeSRQ) Resize(int) error             { return nil }
 func (fakeAH) Attr() verbs.AHAttr            { return verbs.AHAttr{} }
 func (fakeAH) Destroy() error                { return nil }
 

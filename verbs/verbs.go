@@ -137,6 +137,9 @@ type CQ interface {
 // SRQ is a shared receive queue (ibv_srq).
 type SRQ interface {
 	PostRecv(wr *RecvWR) error
+	// Resize gives the SRQ room for n receives, keeping those posted
+	// (ibv_modify_srq with IBV_SRQ_MAX_WR).
+	Resize(n int) error
 	Destroy() error
 }
 

@@ -883,7 +883,7 @@ static uint64_t now_ns(void)
  * for at most a second (the queue behind the ring is full: the requests
  * go in as completions make room), giving the CPU to the daemon.
  */
-static void wait_posted(struct uv_ring *r, uint32_t i)
+void uv_wait_posted(struct uv_ring *r, uint32_t i)
 {
 	const uint32_t *posted = uv_ring_word(r, UP_OFF_POSTED);
 	if ((int32_t)(uv_load(posted) - i) >= 0)
@@ -951,7 +951,7 @@ static int post_recv_ring(struct uv_context *c, struct uv_ring *r, pthread_spinl
 	if (ring)
 		uv_ring_doorbell(c);
 	if (prod != start)
-		wait_posted(r, prod);
+		uv_wait_posted(r, prod);
 	if (err)
 		*bad = wr;
 	return err;

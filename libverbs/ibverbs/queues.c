@@ -497,6 +497,7 @@ struct ibv_srq *uv_ibv_create_srq_1_1(struct ibv_pd *pd, struct ibv_srq_init_att
 	s->limit = init->attr.srq_limit;
 	s->ring.prod = s->done = uv_load(uv_ring_word(&s->ring, UP_OFF_PRODUCER));
 	pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&s->resize_mu, NULL);
 	s->srq.context = pd->context;
 	s->srq.srq_context = init->srq_context;
 	s->srq.pd = pd;
@@ -509,14 +510,91 @@ struct ibv_srq *uv_ibv_create_srq_1_1(struct ibv_pd *pd, struct ibv_srq_init_att
 	return &s->srq;
 }
 
+/*
+ * IBV_SRQ_MAX_WR: the daemon moves the slots it has not taken, up to the
+ * producer index it read (copied), to a new ring; this end copies the
+ * slots posts produced since, under the SRQ's lock, and swaps the rings
+ * (proto/SPEC.md, "Resizing an SRQ"). Posts under way wait on the old
+ * ring's posted word, which the daemon no longer writes: once the new
+ * ring has their slots posted, the word says so too, and the old ring
+ * stays mapped until the SRQ is destroyed.
+ */
+static int resize_srq(struct uv_srq *s, uint32_t max_wr)
+{
+	struct uv_context *c = uv_ctx(s->srq.context);
+	if (max_wr < 1)
+		return EINVAL;
+	struct uv_old_ring *o = calloc(1, sizeof(*o));
+	if (!o)
+		return ENOMEM;
+	pthread_mutex_lock(&s->resize_mu);
+	struct up_resize_srq req = {.srq = s->handle, .max_wr = max_wr};
+	struct up_resize_srq_resp r;
+	struct uv_ring ring;
+	void *mem = NULL;
+	int fd = -1;
+	int err = uv_call(c, UP_OP_RESIZE_SRQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
+	if (!err) {
+		mem = uv_map_ring(fd, r.ring_bytes);
+		if (!mem) {
+			err = errno;
+		} else if (r.slot_bytes != s->ring.size ||
+			   ring_at(&ring, mem, r.ring_bytes, 0, r.slots, r.slot_bytes) < 0) {
+			munmap(mem, r.ring_bytes);
+			err = EPROTO;
+		}
+		if (err)
+			uv_debug("resize srq %u: the daemon moved the receives to a ring this process could not map: %s",
+				 s->handle, strerror(err));
+	}
+	if (err) {
+		pthread_mutex_unlock(&s->resize_mu);
+		free(o);
+		return err;
+	}
+	pthread_spin_lock(&s->lock);
+	uint32_t prod = s->ring.prod;
+	for (uint32_t i = r.copied; i != prod; i++)
+		memcpy(uv_ring_slot(&ring, i), uv_ring_slot(&s->ring, i), ring.size);
+	ring.prod = prod;
+	int wake = 0;
+	if (prod != r.copied) {
+		uv_store_sc(uv_ring_word(&ring, UP_OFF_PRODUCER), prod);
+		wake = uv_load_sc(uv_ring_word(&ring, UP_OFF_FLAGS)) & UP_FLAG_NEED_WAKEUP;
+	}
+	struct uv_ring old = s->ring;
+	o->mem = s->mem;
+	o->len = s->mem_len;
+	o->next = s->old;
+	s->old = o;
+	s->mem = mem;
+	s->mem_len = r.ring_bytes;
+	s->ring = ring;
+	s->max_wr = r.max_wr;
+	pthread_spin_unlock(&s->lock);
+	if (wake)
+		uv_ring_doorbell(c);
+	uv_wait_posted(&ring, prod);
+	uv_store(uv_ring_word(&old, UP_OFF_POSTED), uv_load(uv_ring_word(&ring, UP_OFF_POSTED)));
+	pthread_mutex_unlock(&s->resize_mu);
+	return 0;
+}
+
 UV_LATEST(ibv_modify_srq);
 int uv_ibv_modify_srq_1_1(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
 	struct uv_srq *s = (struct uv_srq *)srq;
-	struct up_modify_srq req = {.srq = s->handle, .mask = mask, .max_wr = attr->max_wr, .limit = attr->srq_limit};
-	int err = uv_call(uv_ctx(srq->context), UP_OP_MODIFY_SRQ, &req, sizeof(req), -1, NULL, 0, NULL);
-	if (!err && (mask & IBV_SRQ_LIMIT))
-		s->limit = attr->srq_limit;
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
+		return EINVAL;
+	int err = 0;
+	if (mask & IBV_SRQ_MAX_WR)
+		err = resize_srq(s, attr->max_wr);
+	if (!err && (mask & IBV_SRQ_LIMIT)) {
+		struct up_modify_srq req = {.srq = s->handle, .mask = IBV_SRQ_LIMIT, .limit = attr->srq_limit};
+		err = uv_call(uv_ctx(srq->context), UP_OP_MODIFY_SRQ, &req, sizeof(req), -1, NULL, 0, NULL);
+		if (!err)
+			s->limit = attr->srq_limit;
+	}
 	return err;
 }
 
@@ -547,7 +625,13 @@ int uv_ibv_destroy_srq_1_1(struct ibv_srq *srq)
 	LIST_DEL(c, srqs, struct uv_srq, s);
 	wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, s->async_reported);
 	munmap(s->mem, s->mem_len);
+	for (struct uv_old_ring *o = s->old, *n; o; o = n) {
+		n = o->next;
+		munmap(o->mem, o->len);
+		free(o);
+	}
 	pthread_spin_destroy(&s->lock);
+	pthread_mutex_destroy(&s->resize_mu);
 	free(s);
 	return 0;
 }

@@ -70,6 +70,7 @@ enum {
 	UP_OP_ATTACH_MCAST,
 	UP_OP_DETACH_MCAST,
 	UP_OP_RESIZE_CQ,
+	UP_OP_RESIZE_SRQ,
 	UP_OP_EVENT_DEVICE_GONE = 0x100,
 	UP_OP_EVENT_ASYNC = 0x101,
 };
@@ -274,6 +275,20 @@ struct up_create_srq_resp {
 	uint32_t slots;
 	uint32_t slot_bytes;
 	uint32_t ring_bytes;
+} UP_PACKED;
+
+struct up_resize_srq {
+	uint32_t srq;
+	uint32_t max_wr;
+} UP_PACKED;
+
+struct up_resize_srq_resp {
+	uint32_t max_wr;
+	uint32_t slots;
+	uint32_t slot_bytes;
+	uint32_t ring_bytes;
+	uint32_t copied; /* the producer index the daemon copied up to */
+	uint32_t pad;
 } UP_PACKED;
 
 struct up_modify_srq {
@@ -484,6 +499,8 @@ _Static_assert(sizeof(struct up_create_cq_resp) == 16, "CreateCQResp");
 _Static_assert(sizeof(struct up_resize_cq) == 8, "ResizeCQ");
 _Static_assert(sizeof(struct up_create_srq) == 16, "CreateSRQ");
 _Static_assert(sizeof(struct up_create_srq_resp) == 24, "CreateSRQResp");
+_Static_assert(sizeof(struct up_resize_srq) == 8, "ResizeSRQ");
+_Static_assert(sizeof(struct up_resize_srq_resp) == 24, "ResizeSRQResp");
 _Static_assert(sizeof(struct up_create_qp) == 48, "CreateQP");
 _Static_assert(sizeof(struct up_create_qp_resp) == 56, "CreateQPResp");
 _Static_assert(sizeof(struct up_ah_attr) == 36, "AHAttr");

@@ -214,7 +214,16 @@ struct uv_srq {
 	uint32_t done; /* receives completed (polled), atomic */
 	pthread_spinlock_t lock;
 	uint32_t async_reported;
+	pthread_mutex_t resize_mu; /* one IBV_SRQ_MAX_WR at a time */
+	struct uv_old_ring *old;   /* rings replaced by a resize, unmapped at destroy */
 	struct uv_srq *next;
+};
+
+/* A ring a resize replaced: posts under way may still read its posted word. */
+struct uv_old_ring {
+	void *mem;
+	size_t len;
+	struct uv_old_ring *next;
 };
 
 /*
@@ -296,6 +305,8 @@ void uv_init_qpx(struct uv_qp *q);
 
 /* query.c */
 int uv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
+/* uv_wait_posted waits (at most a second) until the daemon has posted a receive ring's slots before index i. */
+void uv_wait_posted(struct uv_ring *r, uint32_t i);
 int uv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 		 uint32_t num_sge);
 int uv_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,

@@ -37,6 +37,7 @@
 #include <netinet/ip.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1026,6 +1027,142 @@ static int case_resize_cq(void)
 	e = ibv_resize_cq(cq, 0);
 	CHECK(e == EINVAL, "ibv_resize_cq to 0: %d (%s), want EINVAL", e, strerror(e));
 	int e1 = ibv_destroy_qp(q1), e2 = ibv_destroy_qp(q2), e3 = ibv_destroy_cq(cq);
+	CHECK(!e1 && !e2 && !e3, "teardown: %s %s %s", strerror(e1), strerror(e2), strerror(e3));
+	return 0;
+}
+
+/* connect_self brings RC QPs a and b of this device to RTS, connected to each other. */
+static int connect_self(struct ibv_qp *a, struct ibv_qp *b)
+{
+	struct ibv_qp *qs[2] = {a, b};
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr at = init_attr();
+		int e = modify(qs[i], IBV_QPS_INIT, INIT_MASK, &at);
+		CHECK(e == 0, "RESET to INIT: %s", strerror(e));
+		at = rtr_attr(qs[1 - i]->qp_num, 0);
+		at.ah_attr.grh.dgid = E.gid;
+		at.ah_attr.dlid = E.port.lid;
+		e = modify(qs[i], IBV_QPS_RTR, RTR_MASK, &at);
+		CHECK(e == 0, "INIT to RTR (to this device's own GID): %s", strerror(e));
+		memset(&at, 0, sizeof(at));
+		at.timeout = 14, at.retry_cnt = 7, at.rnr_retry = 7, at.max_rd_atomic = 1;
+		e = modify(qs[i], IBV_QPS_RTS, RTS_MASK, &at);
+		CHECK(e == 0, "RTR to RTS: %s", strerror(e));
+	}
+	return 0;
+}
+
+/* srq_post_thread posts n receives (wr_id 1000...) to srq, retrying ENOMEM. */
+struct srq_poster {
+	struct ibv_srq *srq;
+	uint32_t n;
+	int err;
+};
+
+static void *srq_post_thread(void *arg)
+{
+	struct srq_poster *p = arg;
+	for (uint32_t i = 0; i < p->n;) {
+		int e = post_srq(p->srq, E.buf + 256 * (i % 64), 256, E.buf_mr->lkey, 1000 + i);
+		if (e == 0)
+			i++;
+		else if (e != ENOMEM) {
+			p->err = e;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * ibv_modify_srq with IBV_SRQ_MAX_WR, where the device says it can
+ * (IBV_DEVICE_SRQ_RESIZE): a size below the receives posted is EINVAL;
+ * after a resize the SRQ holds more than before, and the receives posted
+ * before and after it complete in order, for SENDs between two QPs of
+ * this device (its own loopback); so do receives another thread posts
+ * while this one resizes the SRQ again and again.
+ */
+static int case_srq_resize(void)
+{
+	if (!(E.attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE)) {
+		snprintf(why, sizeof(why), "the device does not report IBV_DEVICE_SRQ_RESIZE");
+		return 1;
+	}
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(E.pd, &sa);
+	CHECK(srq, "ibv_create_srq(4): %s", strerror(errno));
+	struct ibv_srq_attr q;
+	int e = ibv_query_srq(srq, &q);
+	CHECK(e == 0, "ibv_query_srq: %s", strerror(e));
+	uint32_t before = q.max_wr, n = before + 8;
+	for (uint32_t i = 0; i < before; i++) {
+		e = post_srq(srq, E.buf + 256 * i, 256, E.buf_mr->lkey, 500 + i);
+		CHECK(e == 0, "ibv_post_srq_recv %u of %u: %s", i, before, strerror(e));
+	}
+	struct ibv_srq_attr a = {.max_wr = 1};
+	e = ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR);
+	CHECK(e == EINVAL, "IBV_SRQ_MAX_WR 1 with %u posted: %d (%s), want EINVAL", before, e, strerror(e));
+	a.max_wr = n;
+	e = ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR);
+	CHECK(e == 0, "IBV_SRQ_MAX_WR %u: %s", n, strerror(e));
+	e = ibv_query_srq(srq, &q);
+	CHECK(e == 0 && q.max_wr >= n, "ibv_query_srq after the resize: %s, max_wr %u, want at least %u", strerror(e),
+	      q.max_wr, n);
+	for (uint32_t i = before; i < n; i++) {
+		e = post_srq(srq, E.buf + 256 * i, 256, E.buf_mr->lkey, 500 + i);
+		CHECK(e == 0, "ibv_post_srq_recv %u after the resize: %s", i, strerror(e));
+	}
+	struct ibv_qp *x = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, NULL, NULL);
+	struct ibv_qp *y = create_qp(IBV_QPT_RC, E.local_cq, E.local_cq, srq, NULL);
+	CHECK(x && y, "ibv_create_qp: %s", strerror(errno));
+	if (connect_self(x, y))
+		return -1;
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *m = E.buf + 32768 + 16 * (i % 1024);
+		memset(m, (int)i, 16);
+		e = post(x, IBV_WR_SEND, m, 16, E.buf_mr->lkey, 600 + i, 0, 0);
+		CHECK(e == 0, "ibv_post_send %u: %s", i, strerror(e));
+		struct ibv_wc wc[2];
+		int got = 0, recv = -1;
+		for (int k = 0; k < 2; k++) {
+			if (poll_one(E.local_cq, &wc[k], "a SEND to a QP of this device"))
+				return -1;
+			if (wc[k].opcode == IBV_WC_RECV)
+				recv = k;
+			got++;
+		}
+		char b[160];
+		CHECK(recv >= 0 && wc[recv].status == IBV_WC_SUCCESS && wc[recv].wr_id == 500 + i && wc[recv].byte_len == 16,
+		      "receive %u: %s, want wr_id %u", i, recv < 0 ? "none" : wc_str(&wc[recv], b, sizeof(b)), 500 + i);
+		CHECK(wc[1 - recv].status == IBV_WC_SUCCESS, "send %u: %s", i, wc_str(&wc[1 - recv], b, sizeof(b)));
+		CHECK(check_byte(E.buf + 256 * i, 16, (uint8_t)i) < 0, "receive %u: the data differs", i);
+	}
+	/* Receives posted from another thread while this one resizes. */
+	struct srq_poster p = {.srq = srq, .n = 300};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, srq_post_thread, &p) == 0, "pthread_create");
+	int rerr = 0;
+	for (int i = 0; i < 20 && !rerr; i++) {
+		a.max_wr = 512u << (i % 2);
+		rerr = ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR);
+	}
+	pthread_join(t, NULL);
+	CHECK(rerr == 0, "IBV_SRQ_MAX_WR while another thread posts: %s", strerror(rerr));
+	CHECK(p.err == 0, "ibv_post_srq_recv during the resizes: %s", strerror(p.err));
+	for (uint32_t i = 0; i < p.n; i++) {
+		e = post(x, IBV_WR_SEND, E.buf + 32768, 8, E.buf_mr->lkey, 700 + i, 0, 0);
+		CHECK(e == 0, "ibv_post_send %u: %s", i, strerror(e));
+		for (int k = 0; k < 2; k++) {
+			struct ibv_wc wc;
+			char b[160];
+			if (poll_one(E.local_cq, &wc, "a SEND after the resizes"))
+				return -1;
+			CHECK(wc.status == IBV_WC_SUCCESS && (wc.opcode != IBV_WC_RECV || wc.wr_id == 1000 + i),
+			      "after the resizes, completion %u: %s, want the receive of wr_id %u", i, wc_str(&wc, b, sizeof(b)),
+			      1000 + i);
+		}
+	}
+	int e1 = ibv_destroy_qp(x), e2 = ibv_destroy_qp(y), e3 = ibv_destroy_srq(srq);
 	CHECK(!e1 && !e2 && !e3, "teardown: %s %s %s", strerror(e1), strerror(e2), strerror(e3));
 	return 0;
 }
@@ -3382,6 +3519,7 @@ int main(int argc, char **argv)
 	RUN("modify_qp_rules", case_modify_qp_rules());
 	RUN("flush", case_flush());
 	RUN("resize_cq", case_resize_cq());
+	RUN("srq_resize", case_srq_resize());
 	RUN("recv_queue_full", case_recv_queue_full());
 	RUN("wc_status_str", case_wc_status_str());
 

@@ -29,7 +29,7 @@ import (
 // server (test/verbs checks the same list).
 var vtCases = strings.Fields(`device_list open_device query_device query_port query_gid query_pkey
 	alloc_pd reg_mr_malloc reg_mr_mmap reg_mr_iova2 reg_mr_bad_access create_cq create_srq create_qp
-	create_qp_ex modify_qp_rules flush resize_cq recv_queue_full wc_status_str rc_connect ud_connect cq_event
+	create_qp_ex modify_qp_rules flush resize_cq srq_resize recv_queue_full wc_status_str rc_connect ud_connect cq_event
 	rc_send rc_send_imm rc_send_imm_zero rc_send_inline rc_send_sge rc_send_inv rc_mw rc_write
 	rc_write_list rc_write_imm rc_write_iova rc_read rc_read_iova odp rc_atomic_cas rc_atomic_fadd srq ud ud_mcast
 	cq_ex rc_wr_api ud_wr_api rc_bad_rkey rc_no_remote_write rc_read_out_of_bounds rc_rnr_retry_exc send_queue_full
