@@ -234,17 +234,10 @@ func (c *CQ) Resize(n int) error {
 	defer c.resizeMu.Unlock()
 	var r proto.CreateCQResp
 	fd, err := c.d.call(proto.OpResizeCQ, &proto.ResizeCQ{CQ: c.h, CQE: int32(n)}, -1, &r)
-	var mem []byte
-	var ring proto.Ring
-	if err == nil {
-		if mem, err = mapRing(fd, r.RingBytes); err == nil {
-			var ok bool
-			if ring, ok = proto.NewRing(mem, int(r.Slots), proto.WCLen); !ok {
-				unix.Munmap(mem)
-				err = fmt.Errorf("the daemon's ring does not fit its size")
-			}
-		}
+	if err != nil {
+		return fmt.Errorf("resize cq: %w", err)
 	}
+	mem, ring, err := mapNewRing(fd, r.RingBytes, r.Slots, proto.WCLen)
 	if err != nil {
 		return fmt.Errorf("resize cq: %w", err)
 	}
@@ -330,14 +323,13 @@ func (s *SRQ) Resize(n int) error {
 	if err != nil {
 		return fmt.Errorf("resize srq: %w", err)
 	}
-	mem, err := mapRing(fd, r.RingBytes)
+	if int(r.SlotBytes) != s.ring.SlotBytes() {
+		unix.Close(fd)
+		return fmt.Errorf("resize srq: the daemon's ring has slots of %d bytes, not %d", r.SlotBytes, s.ring.SlotBytes())
+	}
+	mem, ring, err := mapNewRing(fd, r.RingBytes, r.Slots, int(r.SlotBytes))
 	if err != nil {
 		return fmt.Errorf("resize srq: %w", err)
-	}
-	ring, ok := proto.NewRing(mem, int(r.Slots), int(r.SlotBytes))
-	if !ok || int(r.SlotBytes) != s.ring.SlotBytes() {
-		unix.Munmap(mem)
-		return fmt.Errorf("resize srq: the daemon's ring does not fit its size")
 	}
 	// Nothing was posted since the daemon looked (the lock is held), but
 	// a producer index it did not see would be ours to carry over.
@@ -350,6 +342,21 @@ func (s *SRQ) Resize(n int) error {
 	s.mem, s.ring = mem, ring
 	unix.Munmap(old)
 	return nil
+}
+
+// mapNewRing maps the ring of a resize's memfd fd (bytes long, slots of
+// size bytes each).
+func mapNewRing(fd int, bytes, slots uint32, size int) ([]byte, proto.Ring, error) {
+	mem, err := mapRing(fd, bytes)
+	if err != nil {
+		return nil, proto.Ring{}, err
+	}
+	ring, ok := proto.NewRing(mem, int(slots), size)
+	if !ok {
+		unix.Munmap(mem)
+		return nil, proto.Ring{}, fmt.Errorf("the daemon's ring does not fit its size")
+	}
+	return mem, ring, nil
 }
 
 // Destroy implements verbs.SRQ.
