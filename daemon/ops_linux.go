@@ -475,12 +475,17 @@ func (ss *session) newCQRing(what string, cqe int32) (proto.Ring, []byte, int, e
 	if cqe < 1 || int(cqe) > maxCQE {
 		return proto.Ring{}, nil, -1, errnoErr{unix.EINVAL, fmt.Sprintf("%s: %d entries, want 1 to %d", what, cqe, maxCQE)}
 	}
-	slots := proto.Slots(int(cqe))
-	fd, mem, err := newRingMem("uroce-cq", (proto.RingBytes(slots, proto.WCLen)+4095)&^4095)
+	return newRing("uroce-cq", proto.Slots(int(cqe)), proto.WCLen)
+}
+
+// newRing makes a ring of slots slots of size bytes in a new memfd, its
+// length rounded up to pages: the ring, its mapping and the fd.
+func newRing(name string, slots, size int) (proto.Ring, []byte, int, error) {
+	fd, mem, err := newRingMem(name, (proto.RingBytes(slots, size)+4095)&^4095)
 	if err != nil {
 		return proto.Ring{}, nil, -1, err
 	}
-	ring, _ := proto.NewRing(mem, slots, proto.WCLen)
+	ring, _ := proto.NewRing(mem, slots, size)
 	ring.Init()
 	return ring, mem, fd, nil
 }
@@ -545,26 +550,23 @@ func (ss *session) createSRQ(req *proto.CreateSRQ) (any, int, error) {
 		return nil, -1, err
 	}
 	size := proto.RecvSlotBytes(sge)
-	total := (proto.RingBytes(slots, size) + 4095) &^ 4095
-	fd, mem, err := newRingMem("uroce-srq", total)
+	ring, mem, fd, err := newRing("uroce-srq", slots, size)
 	if err != nil {
 		srq.Destroy()
 		return nil, -1, err
 	}
-	o := &srqObj{srq: srq, pd: pd, mem: mem, maxSGE: sge, copies: make([][]byte, pollBatch),
+	o := &srqObj{srq: srq, pd: pd, mem: mem, ring: ring, maxSGE: sge, copies: make([][]byte, pollBatch),
 		wrs: make([]stack.RecvWR, pollBatch), sges: make([][]stack.SGE, pollBatch)}
 	for i := range o.copies {
 		o.copies[i], o.sges[i] = make([]byte, size), make([]stack.SGE, sge)
 	}
-	o.ring, _ = proto.NewRing(mem, slots, size)
-	o.ring.Init()
 	hd, _ := ss.add(kindSRQ, o)
 	ss.addPolled(func() {
 		l := append(append([]*srqObj(nil), *ss.srqs.Load()...), o)
 		ss.srqs.Store(&l)
 	}, &o.ring)
 	return &proto.CreateSRQResp{SRQ: hd, MaxWR: uint32(slots), MaxSGE: uint32(sge), Slots: uint32(slots),
-		SlotBytes: uint32(size), RingBytes: uint32(total)}, fd, nil
+		SlotBytes: uint32(size), RingBytes: uint32(len(mem))}, fd, nil
 }
 
 // resizeSRQ gives an SRQ a new ring (ibv_modify_srq with IBV_SRQ_MAX_WR)
@@ -586,13 +588,10 @@ func (ss *session) resizeSRQ(req *proto.ResizeSRQ) (any, int, error) {
 	}
 	slots := proto.Slots(int(req.MaxWR))
 	size := o.ring.SlotBytes()
-	total := (proto.RingBytes(slots, size) + 4095) &^ 4095
-	fd, mem, err := newRingMem("uroce-srq", total)
+	ring, mem, fd, err := newRing("uroce-srq", slots, size)
 	if err != nil {
 		return nil, -1, err
 	}
-	ring, _ := proto.NewRing(mem, slots, size)
-	ring.Init()
 	fail := func(e error) (any, int, error) {
 		unix.Munmap(mem)
 		unix.Close(fd)
@@ -628,7 +627,7 @@ func (ss *session) resizeSRQ(req *proto.ResizeSRQ) (any, int, error) {
 	unix.Munmap(oldMem)
 	ss.srv.cfg.Device.Wake() // the new ring may hold slots to take
 	return &proto.ResizeSRQResp{MaxWR: uint32(slots), Slots: uint32(slots), SlotBytes: uint32(size),
-		RingBytes: uint32(total), Copied: prod}, fd, nil
+		RingBytes: uint32(len(mem)), Copied: prod}, fd, nil
 }
 
 func (ss *session) createQP(req *proto.CreateQP) (any, int, error) {

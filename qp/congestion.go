@@ -15,8 +15,9 @@ import (
 // point slows down: with Caps.DCQCN set, a CNP cuts the QP's rate
 // (package dcqcn), and until the rate has recovered to the line rate
 // the QP's request packets (new and resent) and READ responses are
-// paced at it (not ACKs and atomic responses, which carry no data). A paced QP is not Busy while it waits; its
-// Deadline says when it may send again.
+// paced at it (not ACKs and atomic responses, which carry no data). A
+// paced QP is not Busy while it waits; its Deadline says when it may
+// send again.
 
 // CNPConfig is how a QP notifies congestion.
 type CNPConfig struct {

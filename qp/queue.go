@@ -297,11 +297,7 @@ func (s *SRQ) Resize(maxWR int) error {
 	var w recvWQE
 	sg := make([]SGE, s.q.maxSGE)
 	for s.q.pop(&w, sg) {
-		i := int(q.tail % uint64(len(q.slots)))
-		dst := q.sges[i*q.maxSGE : i*q.maxSGE+len(w.sg)]
-		copy(dst, w.sg)
-		q.slots[i] = recvWQE{id: w.id, sg: dst, length: w.length}
-		q.tail++
+		q.post(&RecvWR{ID: w.id, SG: w.sg}) // room and SGEs were checked when it was posted
 	}
 	s.q = q
 	return nil

@@ -279,6 +279,29 @@ static struct ibv_cq_ex *uv_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_
 }
 
 /*
+ * map_resized maps the new ring a resize's memfd fd holds (bytes long,
+ * slots of size bytes) into *ring and *mem: 0, or the errno, when the
+ * daemon has moved the queue to a ring this process cannot use.
+ */
+static int map_resized(const char *what, uint32_t handle, int fd, uint32_t bytes, uint32_t slots, uint32_t size,
+		       struct uv_ring *ring, void **mem)
+{
+	int err = 0;
+	*mem = uv_map_ring(fd, bytes);
+	if (!*mem) {
+		err = errno;
+	} else if (ring_at(ring, *mem, bytes, 0, slots, size) < 0) {
+		munmap(*mem, bytes);
+		*mem = NULL;
+		err = EPROTO;
+	}
+	if (err)
+		uv_debug("resize %s %u: the daemon moved it to a ring (%u slots of %u bytes in %u) this process could not map: %s",
+			 what, handle, slots, size, bytes, strerror(err));
+	return err;
+}
+
+/*
  * ibv_resize_cq: the daemon moves the completions waiting to a new ring
  * of at least cqe entries (EINVAL when more wait than that), at the same
  * indices, and the new ring replaces the old one here. Polls go on
@@ -300,20 +323,8 @@ int uv_ibv_resize_cq_1_1(struct ibv_cq *ibcq, int cqe)
 	void *mem = NULL;
 	int fd = -1;
 	int err = uv_call(c, UP_OP_RESIZE_CQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
-	if (!err) {
-		mem = uv_map_ring(fd, r.ring_bytes);
-		if (!mem) {
-			err = errno;
-		} else if (ring_at(&ring, mem, r.ring_bytes, 0, r.slots, UP_WC_LEN) < 0) {
-			uv_debug("resize cq: the daemon's ring (%u slots in %u bytes) does not map", r.slots, r.ring_bytes);
-			munmap(mem, r.ring_bytes);
-			mem = NULL;
-			err = EPROTO;
-		}
-		if (err)
-			uv_debug("resize cq %u: the daemon moved the completions to a ring this process could not map: %s",
-				 cq->handle, strerror(err));
-	}
+	if (!err)
+		err = map_resized("cq", cq->handle, fd, r.ring_bytes, r.slots, UP_WC_LEN, &ring, &mem);
 	void *old = NULL;
 	size_t old_len = 0;
 	/* The channel's event scan reads the ring's header under its lock. */
@@ -534,19 +545,13 @@ static int resize_srq(struct uv_srq *s, uint32_t max_wr)
 	void *mem = NULL;
 	int fd = -1;
 	int err = uv_call(c, UP_OP_RESIZE_SRQ, &req, sizeof(req), -1, &r, sizeof(r), &fd);
-	if (!err) {
-		mem = uv_map_ring(fd, r.ring_bytes);
-		if (!mem) {
-			err = errno;
-		} else if (r.slot_bytes != s->ring.size ||
-			   ring_at(&ring, mem, r.ring_bytes, 0, r.slots, r.slot_bytes) < 0) {
-			munmap(mem, r.ring_bytes);
-			err = EPROTO;
-		}
-		if (err)
-			uv_debug("resize srq %u: the daemon moved the receives to a ring this process could not map: %s",
-				 s->handle, strerror(err));
+	if (!err && r.slot_bytes != s->ring.size) {
+		uv_debug("resize srq %u: the daemon's ring has slots of %u bytes, not %u", s->handle, r.slot_bytes, s->ring.size);
+		close(fd);
+		err = EPROTO;
 	}
+	if (!err)
+		err = map_resized("srq", s->handle, fd, r.ring_bytes, r.slots, r.slot_bytes, &ring, &mem);
 	if (err) {
 		pthread_mutex_unlock(&s->resize_mu);
 		free(o);
